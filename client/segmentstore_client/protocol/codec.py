@@ -1,0 +1,147 @@
+"""Turning commands into frames and byte streams into commands, with no I/O.
+
+``encode(command) -> bytes`` gives one whole frame. ``FrameDecoder`` is fed any slicing of
+a byte stream and returns whole commands. It checks each frame header (known type code,
+0 <= length <= the maximum) *before* buffering the body, as h2's frame buffer does. A
+frame whose body is large and incomplete moves into a buffer of its own, so its byte
+fields come out as zero-copy views of that buffer: decoding a 1 MiB SegmentRead costs the
+one copy out of the socket's chunks and nothing more. Small frames are decoded straight
+from the shared buffer, which is trimmed once per ``feed`` and not once per frame.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from ..errors import FrameTooLarge, LocalProtocolError, MalformedCommand, UnknownCommandType
+from .commands import DECODERS, ENCODERS, Command
+from .primitives import HEADER, Buffer
+
+MAX_WIRECOMMAND_SIZE: Final = 0x00FFFFFF
+MAX_PAYLOAD_TO_SERVER: Final = MAX_WIRECOMMAND_SIZE - 8
+"""Largest payload a Java server takes (its limit counts the 8-byte header)."""
+MAX_PAYLOAD_FROM_SERVER: Final = MAX_WIRECOMMAND_SIZE
+"""Largest payload a Java client takes; our client accepts the same."""
+
+WIRE_VERSION: Final = 17
+OLDEST_COMPATIBLE_VERSION: Final = 5
+
+
+def encode(command: Command) -> bytes:
+    """Encode one command as a complete frame (8-byte header + payload)."""
+    try:
+        return ENCODERS[type(command)](command)
+    except KeyError:
+        raise LocalProtocolError(f"{type(command).__name__} is not a wire command") from None
+    except (struct.error, AttributeError, TypeError, OverflowError) as e:
+        raise LocalProtocolError(f"cannot encode {command!r}: {e}") from e
+
+
+def decode(frame: Buffer) -> Command:
+    """Decode exactly one whole frame; trailing bytes after its payload are an error."""
+    mv = memoryview(frame)
+    if len(mv) < 8:
+        raise MalformedCommand(f"a frame needs 8 header bytes, got {len(mv)}")
+    type_code, length = HEADER.unpack_from(mv, 0)
+    if len(mv) != 8 + length:
+        raise MalformedCommand(f"frame declares {length} payload bytes, has {len(mv) - 8}")
+    dec = DECODERS.get(type_code)
+    if dec is None:
+        raise UnknownCommandType(f"unknown wire command type {type_code}")
+    try:
+        return dec(mv[8:], False)  # type: ignore[no-any-return]
+    except (struct.error, ValueError, IndexError) as e:
+        raise MalformedCommand(f"malformed type-{type_code} payload: {e}") from e
+
+
+class FrameDecoder:
+    """Streaming decoder: ``feed(data)`` returns every command completed by ``data``.
+
+    After it has raised a :class:`RemoteProtocolError` the decoder is poisoned and raises
+    the same error again on every later ``feed``: the connection must be closed.
+    """
+
+    __slots__ = ("_big", "_big_fill", "_big_threshold", "_big_type", "_buf", "_error", "_max")
+
+    def __init__(
+        self, max_payload: int = MAX_PAYLOAD_FROM_SERVER, big_frame_threshold: int = 64 * 1024
+    ) -> None:
+        self._max = max_payload
+        self._big_threshold = big_frame_threshold
+        self._buf = bytearray()
+        self._big: bytearray | None = None
+        self._big_type = 0
+        self._big_fill = 0
+        self._error: MalformedCommand | FrameTooLarge | UnknownCommandType | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as commands."""
+        return len(self._buf) + self._big_fill
+
+    def feed(self, data: Buffer) -> list[Command]:
+        if self._error is not None:
+            raise self._error
+        out: list[Command] = []
+        if self._big is not None:
+            data = self._fill_big(data, out)
+            if not data:
+                return out
+        buf = self._buf
+        buf += data
+        n = len(buf)
+        pos = 0
+        mv = memoryview(buf)
+        try:
+            while n - pos >= 8:
+                type_code, length = HEADER.unpack_from(buf, pos)
+                dec = DECODERS.get(type_code)
+                if dec is None:
+                    raise UnknownCommandType(f"unknown wire command type {type_code}")
+                if length < 0 or length > self._max:
+                    raise FrameTooLarge(f"frame length {length} outside 0..{self._max}")
+                end = pos + 8 + length
+                if end > n:
+                    if length >= self._big_threshold:
+                        self._start_big(type_code, length, mv[pos + 8 : n])
+                        pos = n
+                    break
+                out.append(dec(mv[pos + 8 : end], False))
+                pos = end
+        except (MalformedCommand, FrameTooLarge, UnknownCommandType) as e:
+            self._error = e
+            raise
+        except (struct.error, ValueError, IndexError) as e:
+            self._error = MalformedCommand(f"malformed payload: {e}")
+            raise self._error from e
+        finally:
+            mv.release()
+        if pos:
+            del buf[:pos]
+        return out
+
+    def _start_big(self, type_code: int, length: int, have: memoryview) -> None:
+        body = bytearray(length)
+        body[: len(have)] = have
+        self._big, self._big_type, self._big_fill = body, type_code, len(have)
+
+    def _fill_big(self, data: Buffer, out: list[Command]) -> memoryview:
+        body = self._big
+        assert body is not None
+        src = memoryview(data)
+        take = min(len(body) - self._big_fill, len(src))
+        body[self._big_fill : self._big_fill + take] = src[:take]
+        self._big_fill += take
+        if self._big_fill < len(body):
+            return src[:0]
+        self._big, self._big_fill = None, 0
+        try:
+            out.append(DECODERS[self._big_type](memoryview(body), True))
+        except MalformedCommand as e:
+            self._error = e
+            raise
+        except (struct.error, ValueError, IndexError) as e:
+            self._error = MalformedCommand(f"malformed payload: {e}")
+            raise self._error from e
+        return src[take:]

@@ -1,0 +1,3 @@
+"""segmentstore: a Pravega-compatible segment store in Python."""
+
+__version__ = "0.1.0"

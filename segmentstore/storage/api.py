@@ -1,0 +1,166 @@
+"""The storage engine's public contract: what the server and table layers may rely on.
+
+Everything above the storage layer (the wire server, table segments, benchmarks) talks to
+a :class:`SegmentStore` through exactly these names. The engine itself lives in the
+sibling modules; this module holds only the value types, the errors and the constants.
+
+Ordering and durability rules every implementation keeps:
+
+* ``append`` is *validated and ordered when it is called* (synchronously, in call order per
+  segment), and returns a future that completes once the record is durable under the
+  configured fsync mode. Calls made from one task in order land in the segment in order.
+* Readers only see data whose record is durable (committed). ``info().length`` is the
+  committed length; conditional-append checks use the pending length (everything accepted,
+  durable or not), so a pipelined writer can chain ``expected_offset`` values.
+* A duplicate append (writer id given and ``event_number`` <= the writer's last accepted
+  event number) stores nothing; its future completes no earlier than the append that stored
+  that event number did.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+NULL_ATTRIBUTE_VALUE = -(2**63)
+"""Pravega's "no value" marker for attributes and writer event numbers (Long.MIN_VALUE)."""
+
+CORE_ATTRIBUTE_MSB = 0x8000000000000000
+
+
+def core_attribute(lsb: int) -> uuid.UUID:
+    """The id of Pravega core attribute number ``lsb`` (msb 0x8000000000000000)."""
+    return uuid.UUID(int=(CORE_ATTRIBUTE_MSB << 64) | lsb)
+
+
+CREATION_TIME = core_attribute(0)
+EVENT_COUNT = core_attribute(1)
+SCALE_POLICY_TYPE = core_attribute(2)
+SCALE_POLICY_RATE = core_attribute(3)
+ROLLOVER_SIZE = core_attribute(4)
+ATTRIBUTE_SEGMENT_TYPE = core_attribute(9)
+
+# Segment type flags (the value of ATTRIBUTE_SEGMENT_TYPE).
+SEGMENT_TYPE_STREAM = 0x00
+SEGMENT_TYPE_TABLE = 0x01
+SEGMENT_TYPE_FIXED_KEY_TABLE = 0x04 | 0x01
+SEGMENT_TYPE_TRANSIENT = 0x80
+
+FsyncMode = Literal["always", "interval", "never"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Settings of a :class:`SegmentStore`; every field has a safe default."""
+
+    data_dir: Path
+    fsync: FsyncMode = "always"
+    fsync_interval_s: float = 0.1
+    container_count: int = 1
+    read_cache_bytes: int = 256 * 1024 * 1024
+    # A log file is rolled (and an old one becomes eligible for deletion after a
+    # checkpoint) once it reaches this size.
+    log_file_bytes: int = 64 * 1024 * 1024
+    # Largest payload of one append (the wire's frame limit bounds it anyway).
+    max_append_bytes: int = 16 * 1024 * 1024
+
+
+class AttributeUpdateType(enum.IntEnum):
+    """How an attribute update combines with the current value (wire codes of Pravega)."""
+
+    NONE = 0  # set only if absent
+    REPLACE = 1
+    REPLACE_IF_GREATER = 2
+    ACCUMULATE = 3
+    REPLACE_IF_EQUALS = 4  # compare-and-set against ``compare_value``
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeUpdate:
+    attribute_id: uuid.UUID
+    update_type: AttributeUpdateType
+    value: int
+    compare_value: int = NULL_ATTRIBUTE_VALUE
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    name: str
+    length: int  # committed (durable) length = Pravega's writeOffset
+    start_offset: int
+    sealed: bool
+    deleted: bool
+    last_modified_ms: int
+    segment_type: int
+    attributes: dict[uuid.UUID, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    new_length: int  # segment length right after this append (or current length if duplicate)
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    offset: int
+    data: bytes | memoryview
+    at_tail: bool  # stopped at the committed end of an unsealed segment
+    end_of_segment: bool  # stopped at the end of a sealed segment
+
+
+class StorageError(Exception):
+    """Base of every error the storage engine raises."""
+
+    retriable = False
+
+    def __init__(self, segment: str, message: str = "") -> None:
+        super().__init__(f"{segment}: {message}" if message else segment)
+        self.segment = segment
+
+
+class SegmentNotFound(StorageError):
+    pass
+
+
+class SegmentExists(StorageError):
+    pass
+
+
+class SegmentSealed(StorageError):
+    pass
+
+
+class SegmentTruncated(StorageError):
+    """The requested offset lies below the segment's start offset."""
+
+    def __init__(self, segment: str, start_offset: int, offset: int) -> None:
+        super().__init__(segment, f"offset {offset} is below start offset {start_offset}")
+        self.start_offset = start_offset
+        self.offset = offset
+
+
+class BadOffset(StorageError):
+    """A conditional append's expected offset did not match the segment's length."""
+
+    def __init__(self, segment: str, expected: int, actual: int) -> None:
+        super().__init__(segment, f"expected offset {expected}, segment length is {actual}")
+        self.expected = expected
+        self.actual = actual
+
+
+class InvalidOffset(StorageError):
+    """An offset outside what the operation allows (e.g. truncating past the end)."""
+
+
+class BadAttributeUpdate(StorageError):
+    """A compare-and-set attribute update found another current value."""
+
+
+class StorageUnavailable(StorageError):
+    """Disk full or an I/O error: nothing was applied; a retry later may succeed."""
+
+    retriable = True
