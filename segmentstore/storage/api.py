@@ -66,6 +66,16 @@ class StoreConfig:
     log_file_bytes: int = 64 * 1024 * 1024
     # Largest payload of one append (the wire's frame limit bounds it anyway).
     max_append_bytes: int = 16 * 1024 * 1024
+    # Segment data moves from the log to chunk files of this size (fixed boundaries:
+    # chunk k holds offsets [k * chunk_file_bytes, (k + 1) * chunk_file_bytes)).
+    chunk_file_bytes: int = 64 * 1024 * 1024
+    # A metadata checkpoint (after which old log files are deleted) is taken once this many
+    # log bytes were written since the last one; it bounds how much log recovery replays.
+    checkpoint_log_bytes: int = 128 * 1024 * 1024
+    # The storage writer copies committed data to chunk files once this much is waiting,
+    # or every flush_interval_s, whichever comes first.
+    flush_bytes: int = 16 * 1024 * 1024
+    flush_interval_s: float = 1.0
 
 
 class AttributeUpdateType(enum.IntEnum):
@@ -164,3 +174,15 @@ class StorageUnavailable(StorageError):
     """Disk full or an I/O error: nothing was applied; a retry later may succeed."""
 
     retriable = True
+
+
+class AppendTooLarge(StorageError):
+    """An append's payload exceeds ``StoreConfig.max_append_bytes``."""
+
+
+class StoreCorrupted(StorageError):
+    """Opening found damage that recovery must not paper over (e.g. a bad checkpoint).
+
+    ``segment`` holds the path of the damaged file. A torn or corrupt log *tail* is not
+    this error: recovery cuts it and logs what it cut.
+    """

@@ -1,0 +1,990 @@
+# A segment container: the segments whose names hash to it, with their log, metadata, read
+# cache and chunk files. Containers share nothing mutable with each other.
+#
+# Contract (see api.py for the caller-facing rules).
+# * Operations are validated against pending state and given their log sequence number
+#   synchronously, in call order; their records are appended to ``_buf`` and their
+#   completion to ``_ops``. Nothing touches the disk on the event loop.
+# * One writer task (``_writer_loop``) takes everything queued, hands it to the log thread
+#   as ONE write (+ ONE fdatasync in fsync mode "always") and, when that returns, applies
+#   the whole batch to the committed state in log order: lengths, attributes, read cache,
+#   waiters, then the futures. Only one batch is on its way to disk at a time, so the
+#   committed state is always a prefix of the log.
+# * If the write fails, that batch and everything queued behind it (validated against state
+#   that now will not exist) fail with StorageUnavailable, pending state is rolled back to
+#   committed, and sequence numbers restart after the last durable record; the log writer
+#   has already moved to a fresh file, so nothing after garbage is ever acknowledged.
+# * The storage writer (``_flush``) copies committed data from the read cache into chunk
+#   files off the loop; the checkpointer snapshots metadata at a durable sequence number S,
+#   flushes and fsyncs the chunk files, writes the checkpoint, and only then deletes log
+#   files holding nothing after S and chunk files made garbage by records up to S.
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from . import checkpoint as ckpt_mod
+from . import records as R
+from .api import (
+    ATTRIBUTE_SEGMENT_TYPE,
+    EVENT_COUNT,
+    NULL_ATTRIBUTE_VALUE,
+    SEGMENT_TYPE_TRANSIENT,
+    AppendResult,
+    AppendTooLarge,
+    AttributeUpdate,
+    AttributeUpdateType,
+    BadAttributeUpdate,
+    BadOffset,
+    InvalidOffset,
+    ReadResult,
+    SegmentExists,
+    SegmentInfo,
+    SegmentNotFound,
+    SegmentSealed,
+    SegmentTruncated,
+    StorageError,
+    StorageUnavailable,
+    StoreConfig,
+)
+from .chunks import ChunkId, ChunkStore
+from .crc import crc32c, crc32c_extend
+from .metadata import SegmentMeta
+from .read_cache import FREEZE, OWN_BLOCK, ReadCache
+from .recovery import recover
+from .wal import FaultHook, WalWriter
+
+log = logging.getLogger("segmentstore.storage")
+
+# Kinds of queued operations (first element of each op tuple).
+K_APPEND = 0
+K_DUP = 1
+K_CREATE = 2
+K_SEAL = 3
+K_TRUNCATE = 4
+K_DELETE = 5
+K_MERGE = 6
+K_ATTRS = 7
+
+_EC = EVENT_COUNT.int
+_NULL = NULL_ATTRIBUTE_VALUE
+_I64_MIN = -(2**63)
+_I64_MAX = 2**63 - 1
+_U32_MAX = 2**32 - 1
+_MAX_DISK_READ = 8 * 1024 * 1024  # a read served from chunk files returns at most this much
+
+CommitHook = Callable[[int, float], None]
+
+# Bound once: the append path runs these for every record.
+_APPEND_HEAD_PACK = R.APPEND_HEAD.pack
+_CRC_PACK = R.CRC.pack
+_crc = crc32c
+_crc_extend = crc32c_extend
+
+
+def _set_result(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class SegmentContainer:
+    def __init__(self, index: int, directory: Path, config: StoreConfig, budget: int) -> None:
+        self.index = index
+        self.dir = directory
+        self.config = config
+        self.label = f"container {index}"
+        (directory / "log").mkdir(parents=True, exist_ok=True)
+        (directory / "chunks").mkdir(parents=True, exist_ok=True)
+        self._loop = asyncio.get_running_loop()
+        self._log_exec = ThreadPoolExecutor(1, thread_name_prefix=f"ss-log-{index}")
+        self._io_exec = ThreadPoolExecutor(2, thread_name_prefix=f"ss-io-{index}")
+        self._wal = WalWriter(
+            directory / "log", config.fsync, config.fsync_interval_s, config.log_file_bytes
+        )
+        self._chunks = ChunkStore(directory / "chunks", config.chunk_file_bytes)
+        self._cache = ReadCache(budget)
+        self._max_append = config.max_append_bytes
+        self._max_unflushed = max(4 * config.flush_bytes, budget)
+        self.on_commit: CommitHook | None = None
+
+        self._segments: dict[str, SegmentMeta] = {}
+        self._next_seq = 1
+        self._committed_seq = 0
+        self._next_segment_id = 1
+        self._buf = bytearray()
+        self._batch_first_seq = 1
+        self._ops: list[tuple[Any, ...]] = []
+        self._wake: asyncio.Future[None] | None = None
+        self._closing = False
+        self._closed = False
+
+        # Storage writer and checkpoint state.
+        self._dirty: set[SegmentMeta] = set()
+        self._unflushed = 0
+        self._dirty_chunks: set[ChunkId] = set()
+        self._pending_deletes: list[tuple[int, int, int, int]] = []
+        self._flush_lock = asyncio.Lock()
+        self._flush_wake: asyncio.Future[None] | None = None
+        self._log_index_at_commit = 0
+        self._log_bytes_at_commit = 0
+        self._log_bytes_at_ckpt = 0
+
+        self.stats: dict[str, float] = {
+            "appends": 0,
+            "append_bytes": 0,
+            "duplicates": 0,
+            "batches": 0,
+            "last_batch_records": 0,
+            "last_fsync_seconds": 0.0,
+            "failed_batches": 0,
+            "flushes": 0,
+            "flushed_bytes": 0,
+            "checkpoints": 0,
+            "last_checkpoint_seconds": 0.0,
+        }
+        self._tasks: list[asyncio.Task[None]] = []
+        self._spare_job: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> float:
+        """Recover from disk and start the background tasks; returns recovery seconds."""
+        t0 = time.perf_counter()
+        rec = await self._loop.run_in_executor(
+            self._io_exec, recover, self.dir, self._chunks, self.label
+        )
+        self._segments = rec.segments
+        self._next_seq = self._batch_first_seq = rec.next_seq
+        self._committed_seq = rec.next_seq - 1
+        self._next_segment_id = rec.next_segment_id
+        self._pending_deletes = rec.pending_deletes
+        self._dirty_chunks = rec.dirty_chunks
+        self._wal.start(rec.next_log_index, rec.prev_valid_len)
+        if self._wal.spare_wanted:
+            # The first log file should already be preallocated (see WalWriter.prepare_spare).
+            try:
+                await self._loop.run_in_executor(self._io_exec, self._wal.prepare_spare)
+            except OSError as exc:
+                log.warning("%s: could not preallocate a log file: %s", self.label, exc)
+        self._log_index_at_commit = rec.next_log_index
+        # Replayed log bytes count toward the next checkpoint, which then shortens recovery.
+        self._log_bytes_at_ckpt = -rec.log_bytes
+        seconds = time.perf_counter() - t0
+        log.info(
+            "%s recovered in %.3f s: checkpoint at record %d, replayed %d records "
+            "(%d log bytes), %d segments, next record %d%s",
+            self.label,
+            seconds,
+            rec.checkpoint_seq,
+            rec.records,
+            rec.log_bytes,
+            len(self._segments),
+            rec.next_seq,
+            f", {len(rec.problems)} problem(s)" if rec.problems else "",
+        )
+        self._tasks.append(asyncio.create_task(self._writer_loop(), name=f"{self.label} log"))
+        self._tasks.append(
+            asyncio.create_task(self._storage_loop(), name=f"{self.label} storage writer")
+        )
+        if self.config.fsync == "interval":
+            self._tasks.append(
+                asyncio.create_task(self._interval_sync_loop(), name=f"{self.label} sync")
+            )
+        return seconds
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closing = True
+        self._kick()
+        writer, storage, *rest = self._tasks
+        await writer
+        self._kick_flush()
+        await storage
+        for task in rest:
+            task.cancel()
+        for task in rest:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._spare_job is not None:
+            with contextlib.suppress(OSError):
+                await self._spare_job
+        try:
+            await self._checkpoint()
+        finally:
+            await self._loop.run_in_executor(self._log_exec, self._wal.close)
+            self._log_exec.shutdown()
+            self._io_exec.shutdown()
+            self._closed = True
+            for seg in self._segments.values():
+                seg.wake_waiters(True)
+
+    def set_fault_hook(self, hook: FaultHook | None) -> None:
+        self._wal.fault = hook
+        self._chunks.fault = hook
+
+    # ------------------------------------------------------------------ lookups
+
+    def _committed(self, name: str) -> SegmentMeta:
+        seg = self._segments.get(name)
+        if seg is None or not seg.created or seg.deleted:
+            raise SegmentNotFound(name)
+        return seg
+
+    def _pending(self, name: str) -> SegmentMeta:
+        if self._closing:
+            raise StorageUnavailable(name, "the store is closing")
+        seg = self._segments.get(name)
+        if seg is None or seg.p_deleted:
+            raise SegmentNotFound(name)
+        return seg
+
+    def exists(self, name: str) -> bool:
+        seg = self._segments.get(name)
+        return seg is not None and seg.created and not seg.deleted
+
+    def info(self, name: str) -> SegmentInfo:
+        seg = self._committed(name)
+        attrs = {uuid.UUID(int=k): v for k, v in seg.all_attrs().items()}
+        return SegmentInfo(
+            name=name,
+            length=seg.length,
+            start_offset=seg.start_offset,
+            sealed=seg.sealed,
+            deleted=False,
+            last_modified_ms=seg.last_modified_ms,
+            segment_type=seg.segment_type,
+            attributes=attrs,
+        )
+
+    def segment_names(self) -> list[str]:
+        return [n for n, s in self._segments.items() if s.created and not s.deleted]
+
+    def get_attribute(self, name: str, attribute_id: uuid.UUID) -> int:
+        seg = self._committed(name)
+        value = seg.get_attr(attribute_id.int)
+        if value == _NULL and attribute_id == ATTRIBUTE_SEGMENT_TYPE:
+            return seg.segment_type
+        return value
+
+    # ------------------------------------------------------------------ the queue
+
+    def _kick(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            if not wake.done():
+                wake.set_result(None)
+
+    def _enqueue(self, rtype: int, body: bytes, op: tuple[Any, ...]) -> None:
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        self._buf += R.encode(seq, rtype, body)
+        self._ops.append(op)
+        self._kick()
+
+    def append(
+        self,
+        name: str,
+        data: bytes | bytearray | memoryview,
+        writer_id: uuid.UUID | None,
+        event_number: int | None,
+        event_count: int,
+        expected_offset: int | None,
+    ) -> asyncio.Future[AppendResult]:
+        fut: asyncio.Future[AppendResult] = self._loop.create_future()
+        seg = self._segments.get(name)
+        if seg is None or seg.p_deleted:
+            fut.set_exception(SegmentNotFound(name))
+            return fut
+        if seg.p_sealed:
+            fut.set_exception(SegmentSealed(name))
+            return fut
+        if self._closing:
+            fut.set_exception(StorageUnavailable(name, "the store is closing"))
+            return fut
+        n = len(data)
+        if n > self._max_append:
+            fut.set_exception(AppendTooLarge(name, f"{n} bytes, limit {self._max_append}"))
+            return fut
+        wid = None
+        if writer_id is not None and event_number is not None:
+            wid = writer_id.int
+            if event_number <= seg.pending_attr(wid):
+                self.stats["duplicates"] += 1
+                if seg.inflight:
+                    # The original may still be on its way to disk: answer after it.
+                    self._ops.append((K_DUP, seg, fut))
+                    self._kick()
+                else:
+                    fut.set_result(AppendResult(seg.length, True))
+                return fut
+        offset = seg.p_length
+        if expected_offset is not None and expected_offset != offset:
+            fut.set_exception(BadOffset(name, expected_offset, offset))
+            return fut
+        if type(data) is not bytes:
+            data = bytes(data)  # the caller may reuse its buffer once we return
+        seq = self._next_seq
+        try:
+            if wid is None:
+                head = _APPEND_HEAD_PACK(29 + n, seq, R.APPEND, seg.id, offset, event_count)
+            else:
+                assert writer_id is not None and event_number is not None
+                head = R.APPEND_W_HEAD.pack(
+                    53 + n,
+                    seq,
+                    R.APPEND_W,
+                    seg.id,
+                    offset,
+                    event_count,
+                    writer_id.bytes,
+                    event_number,
+                )
+        except Exception as exc:  # struct.error: a count or number out of its range
+            fut.set_exception(InvalidOffset(name, f"bad event number or count: {exc}"))
+            return fut
+        self._next_seq = seq + 1
+        buf = self._buf
+        buf += _CRC_PACK(_crc_extend(_crc(head), data))
+        buf += head
+        buf += data
+        if wid is not None:
+            seg.set_pending_attr(wid, event_number)  # type: ignore[arg-type]
+        seg.p_ec += event_count
+        seg.p_length = offset + n
+        seg.inflight += 1
+        self._ops.append((K_APPEND, seg, data, offset + n, fut, wid, event_number, event_count))
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set_result(None)
+        return fut
+
+    async def create_segment(
+        self, name: str, segment_type: int, attributes: Mapping[uuid.UUID, int] | None
+    ) -> None:
+        if self._closing:
+            raise StorageUnavailable(name, "the store is closing")
+        old = self._segments.get(name)
+        if old is not None and not old.p_deleted:
+            raise SegmentExists(name)
+        attrs = {}
+        for key, value in (attributes or {}).items():
+            _check_i64(name, value)
+            if value != _NULL:
+                attrs[key.int] = value
+        if not 0 <= segment_type <= _U32_MAX:
+            raise InvalidOffset(name, f"bad segment type {segment_type}")
+        seg_id = self._next_segment_id
+        self._next_segment_id += 1
+        seg = SegmentMeta(name, seg_id, segment_type, int(time.time() * 1000))
+        self._segments[name] = seg
+        seg.inflight = 1
+        seg.p_ec = attrs.get(_EC, 0)
+        seg.p_attrs = {k: v for k, v in attrs.items() if k != _EC} or None
+        encoded = name.encode("utf-8", "surrogatepass")
+        body = R.CREATE_BODY.pack(seg_id, segment_type, len(encoded)) + encoded
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self._enqueue(R.CREATE, body + R.encode_attrs(attrs), (K_CREATE, seg, fut, attrs))
+        await fut
+
+    async def seal(self, name: str) -> int:
+        seg = self._pending(name)
+        if seg.p_sealed:
+            raise SegmentSealed(name)
+        seg.p_sealed = True
+        seg.inflight += 1
+        fut: asyncio.Future[int] = self._loop.create_future()
+        self._enqueue(R.SEAL, R.SEG.pack(seg.id), (K_SEAL, seg, fut))
+        return await fut
+
+    async def truncate(self, name: str, offset: int) -> None:
+        seg = self._pending(name)
+        if not seg.p_start <= offset <= seg.p_length:
+            raise InvalidOffset(
+                name, f"truncate to {offset} outside [{seg.p_start}, {seg.p_length}]"
+            )
+        if offset == seg.p_start:
+            return
+        seg.p_start = offset
+        seg.inflight += 1
+        fut: asyncio.Future[None] = self._loop.create_future()
+        seq = self._next_seq
+        self._enqueue(
+            R.TRUNCATE, R.SEG_OFFSET.pack(seg.id, offset), (K_TRUNCATE, seg, fut, offset, seq)
+        )
+        await fut
+
+    async def delete(self, name: str) -> None:
+        seg = self._pending(name)
+        seg.p_deleted = True
+        seg.inflight += 1
+        fut: asyncio.Future[None] = self._loop.create_future()
+        seq = self._next_seq
+        self._enqueue(R.DELETE, R.SEG.pack(seg.id), (K_DELETE, seg, fut, seq))
+        await fut
+
+    async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
+        seg = self._pending(name)
+        if seg.p_sealed:
+            raise SegmentSealed(name)
+        values: dict[int, int] = {}
+        for u in updates:
+            key = u.attribute_id.int
+            _check_i64(name, u.value)
+            current = values[key] if key in values else seg.pending_attr(key)
+            t = u.update_type
+            if t == AttributeUpdateType.REPLACE:
+                new = u.value
+            elif t == AttributeUpdateType.NONE:
+                if current != _NULL:
+                    raise BadAttributeUpdate(name, f"attribute {u.attribute_id} already set")
+                new = u.value
+            elif t == AttributeUpdateType.REPLACE_IF_GREATER:
+                if current != _NULL and u.value <= current:
+                    raise BadAttributeUpdate(
+                        name, f"attribute {u.attribute_id}: {u.value} is not above {current}"
+                    )
+                new = u.value
+            elif t == AttributeUpdateType.ACCUMULATE:
+                new = (0 if current == _NULL else current) + u.value
+                if not _I64_MIN < new <= _I64_MAX:
+                    raise BadAttributeUpdate(name, f"attribute {u.attribute_id} overflows")
+            elif t == AttributeUpdateType.REPLACE_IF_EQUALS:
+                if current != u.compare_value:
+                    raise BadAttributeUpdate(
+                        name,
+                        f"attribute {u.attribute_id} is {current}, expected {u.compare_value}",
+                    )
+                new = u.value
+            else:
+                raise BadAttributeUpdate(name, f"unknown update type {t}")
+            values[key] = new
+        if not values:
+            return
+        for key, value in values.items():
+            seg.set_pending_attr(key, value)
+        seg.inflight += 1
+        fut: asyncio.Future[None] = self._loop.create_future()
+        body = R.SEG.pack(seg.id) + R.encode_attrs(values)
+        self._enqueue(R.ATTRS, body, (K_ATTRS, seg, fut, values))
+        await fut
+
+    async def merge(self, target: str, source: str) -> int:
+        if target == source:
+            raise InvalidOffset(source, "cannot merge a segment into itself")
+        t = self._pending(target)
+        s = self._pending(source)
+        if t.p_sealed:
+            raise SegmentSealed(target)
+        if not s.p_sealed:
+            with contextlib.suppress(SegmentSealed):
+                await self.seal(source)
+        if self._committed(source) is not s:
+            raise SegmentNotFound(source)
+        parts: list[bytes | memoryview] = []
+        pos = s.start_offset
+        while pos < s.length:
+            r = await self.read(source, pos, s.length - pos)
+            parts.append(r.data)
+            pos += len(r.data)
+        data = b"".join(parts)
+        # Re-check: other calls ran while we read.
+        t = self._pending(target)
+        if t.p_sealed:
+            raise SegmentSealed(target)
+        if self._segments.get(source) is not s or s.p_deleted:
+            raise SegmentNotFound(source)
+        if len(data) > R.MAX_RECORD_SIZE - 64:
+            raise InvalidOffset(source, f"{len(data)} bytes is too large to merge")
+        delta = 1 if s.segment_type & SEGMENT_TYPE_TRANSIENT else max(0, s.pending_attr(_EC))
+        offset = t.p_length
+        end = offset + len(data)
+        ec = t.pending_attr(_EC)
+        t.set_pending_attr(_EC, (0 if ec == _NULL else ec) + delta)
+        t.p_length = end
+        s.p_deleted = True
+        t.inflight += 1
+        s.inflight += 1
+        fut: asyncio.Future[int] = self._loop.create_future()
+        seq = self._next_seq
+        body = R.MERGE_BODY.pack(t.id, s.id, offset, delta) + data
+        self._enqueue(R.MERGE, body, (K_MERGE, t, fut, s, data, delta, end, seq))
+        return await fut
+
+    # ------------------------------------------------------------------ reads
+
+    def try_read(self, name: str, offset: int, max_length: int) -> ReadResult | None:
+        """The read served from memory, or None when it needs a chunk file."""
+        seg = self._committed(name)
+        if offset < seg.start_offset:
+            raise SegmentTruncated(name, seg.start_offset, offset)
+        length = seg.length
+        if offset > length:
+            raise InvalidOffset(name, f"read at {offset} beyond length {length}")
+        end = min(length, offset + max(0, max_length))
+        if end == offset:
+            at_end = offset == length
+            return ReadResult(offset, b"", at_end and not seg.sealed, at_end and seg.sealed)
+        cache = seg.cache
+        if cache is None or offset < cache.start:
+            return None
+        self._cache.touch(seg)
+        at_end = end == length
+        return ReadResult(
+            offset, cache.read(offset, end), at_end and not seg.sealed, at_end and seg.sealed
+        )
+
+    async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
+        hit = self.try_read(name, offset, max_length)
+        if hit is not None:
+            return hit
+        seg = self._committed(name)
+        cache = seg.cache
+        end = min(seg.length, offset + max_length)
+        # Everything below the cache's start is in chunk files (read_cache.py's invariant).
+        disk_end = min(end, cache.start if cache is not None else seg.length)
+        disk_end = min(disk_end, offset + _MAX_DISK_READ)
+        try:
+            data: bytes = await self._loop.run_in_executor(
+                self._io_exec, self._chunks.read, seg.id, offset, disk_end
+            )
+        except FileNotFoundError:
+            data = b""
+        if len(data) < disk_end - offset:
+            # A concurrent truncate/delete removed the file, or the data is really lost.
+            seg2 = self._committed(name)
+            if offset < seg2.start_offset:
+                raise SegmentTruncated(name, seg2.start_offset, offset)
+            if not data:
+                raise StorageUnavailable(name, f"chunk data at {offset} is missing")
+        stop = offset + len(data)
+        cache = seg.cache
+        if stop == disk_end < end and cache is not None and cache.start <= stop:
+            data = data + cache.read(stop, end)
+            stop = end
+        at_end = stop == seg.length
+        return ReadResult(offset, data, at_end and not seg.sealed, at_end and seg.sealed)
+
+    async def wait_for_data(self, name: str, offset: int, timeout: float) -> None:
+        seg = self._committed(name)
+        if seg.length > offset or seg.sealed or timeout <= 0 or self._closing:
+            return
+        fut: asyncio.Future[None] = self._loop.create_future()
+        entry = (offset, fut)
+        if seg.waiters is None:
+            seg.waiters = [entry]
+        else:
+            seg.waiters.append(entry)
+        handle = self._loop.call_later(timeout, _set_result, fut)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            waiters = seg.waiters
+            if waiters is not None and entry in waiters:
+                waiters.remove(entry)
+                if not waiters:
+                    seg.waiters = None
+
+    # ------------------------------------------------------------------ the log writer
+
+    async def _writer_loop(self) -> None:
+        loop = self._loop
+        while True:
+            if not self._ops:
+                if self._closing:
+                    return
+                self._wake = loop.create_future()
+                await self._wake
+                self._wake = None
+                continue
+            if self._unflushed > self._max_unflushed:
+                # Memory bound: committed data waits in the cache until it is in chunk
+                # files, so stop committing (acks wait) until the storage writer catches up.
+                await self._flush()
+            ops = self._ops
+            buf = self._buf
+            first = self._batch_first_seq
+            last = self._next_seq - 1
+            self._ops = []
+            self._buf = bytearray()
+            self._batch_first_seq = self._next_seq
+            sync_s = 0.0
+            if buf:
+                try:
+                    sync_s = await loop.run_in_executor(
+                        self._log_exec, self._wal.write_batch, buf, first
+                    )
+                except OSError as exc:
+                    self._fail_all(ops, exc)
+                    continue
+                self._committed_seq = last
+                self._log_index_at_commit = self._wal.current_index
+                self._log_bytes_at_commit = self._wal.bytes_written
+            self._apply(ops)
+            stats = self.stats
+            stats["batches"] += 1
+            stats["last_batch_records"] = len(ops)
+            stats["last_fsync_seconds"] = sync_s
+            hook = self.on_commit
+            if hook is not None:
+                hook(len(ops), sync_s)
+            if self._spare_job is None and self._wal.spare_wanted:
+                self._spare_job = loop.run_in_executor(self._io_exec, self._wal.prepare_spare)
+                self._spare_job.add_done_callback(self._spare_done)
+            if (
+                self._unflushed >= self.config.flush_bytes
+                or (self._cache.over_budget() and self._unflushed)
+                or (
+                    self._log_bytes_at_commit - self._log_bytes_at_ckpt
+                    >= self.config.checkpoint_log_bytes
+                )
+            ):
+                self._kick_flush()
+
+    def _spare_done(self, job: asyncio.Future[None]) -> None:
+        self._spare_job = None
+        if not job.cancelled() and job.exception() is not None:
+            log.warning("%s: could not preallocate a log file: %s", self.label, job.exception())
+
+    def _fail_all(self, ops: list[tuple[Any, ...]], exc: OSError) -> None:
+        """The batch ``ops`` did not reach the disk: fail it and everything queued after it."""
+        failed = ops + self._ops
+        self._ops = []
+        self._buf = bytearray()
+        self._next_seq = self._batch_first_seq = self._committed_seq + 1
+        self.stats["failed_batches"] += 1
+        log.error("%s: log write failed (%s); failing %d operations", self.label, exc, len(failed))
+        touched: dict[int, SegmentMeta] = {}
+        for op in failed:
+            seg: SegmentMeta = op[1]
+            touched[id(seg)] = seg
+            if op[0] == K_MERGE:
+                touched[id(op[3])] = op[3]
+            fut: asyncio.Future[Any] = op[2] if op[0] != K_APPEND else op[4]
+            if not fut.done():
+                fut.set_exception(StorageUnavailable(seg.name, f"log write failed: {exc}"))
+        segs = list(touched.values())
+        for seg in segs:
+            if not seg.created and self._segments.get(seg.name) is seg:
+                del self._segments[seg.name]
+        for seg in segs:
+            seg.reset_pending()
+            if seg.created and not seg.deleted and seg.name not in self._segments:
+                self._segments[seg.name] = seg
+
+    def _apply(self, ops: list[tuple[Any, ...]]) -> None:
+        """Make a durable batch visible, in log order, and complete its futures."""
+        now_ms = int(time.time() * 1000)
+        cache_add = self._cache.add
+        dirty = self._dirty
+        appended = 0
+        cached = 0
+        n_appends = 0
+        for op in ops:
+            kind = op[0]
+            if kind == K_APPEND:
+                _, seg, data, end, fut, wid, event_number, event_count = op
+                n = len(data)
+                if n:
+                    cache = seg.cache
+                    if cache is None or n >= OWN_BLOCK:
+                        cache_add(seg, data, end - n)
+                    else:
+                        # SegmentCache.add's small-append case, inlined: it runs per append.
+                        tail = cache.tail
+                        tail += data
+                        cache.end = end
+                        cached += n
+                        if len(tail) >= FREEZE:
+                            cache.freeze_tail()
+                    appended += n
+                    dirty.add(seg)
+                seg.length = end
+                n_appends += 1
+                if wid is not None:
+                    attrs = seg.attrs
+                    if attrs is None:
+                        seg.attrs = {wid: event_number}
+                    else:
+                        attrs[wid] = event_number
+                if event_count:
+                    ec = seg.ec
+                    seg.ec = event_count if ec is None else ec + event_count
+                seg.last_modified_ms = now_ms
+                seg.inflight -= 1
+                if seg.inflight <= 0:
+                    seg.inflight = 0
+                    seg.p_attrs = None
+                if seg.waiters is not None:
+                    seg.wake_waiters(False)
+                if not fut.done():
+                    fut.set_result(AppendResult(end))
+            elif kind == K_DUP:
+                _, seg, fut = op
+                if not fut.done():
+                    fut.set_result(AppendResult(seg.length, True))
+            else:
+                appended += self._apply_other(op, now_ms)
+        self._unflushed += appended
+        self._cache.size += cached
+        stats = self.stats
+        stats["appends"] += n_appends
+        stats["append_bytes"] += appended
+
+    def _apply_other(self, op: tuple[Any, ...], now_ms: int) -> int:
+        kind = op[0]
+        seg: SegmentMeta = op[1]
+        fut: asyncio.Future[Any] = op[2]
+        seg.last_modified_ms = now_ms
+        seg.op_committed()
+        result: Any = None
+        added = 0
+        if kind == K_CREATE:
+            seg.created = True
+            seg.load_attrs(op[3])
+        elif kind == K_SEAL:
+            seg.sealed = True
+            seg.wake_waiters(True)
+            result = seg.length
+        elif kind == K_TRUNCATE:
+            offset, seq = op[3], op[4]
+            if offset > seg.start_offset:
+                seg.start_offset = offset
+                self._pending_deletes.append(
+                    (seq, seg.id, 0, offset // self._chunks.chunk_bytes - 1)
+                )
+                cache = seg.cache
+                if cache is not None:
+                    self._cache.size -= cache.evict_below(min(offset, seg.flushed))
+                    if cache.size == 0:
+                        self._cache.drop(seg)
+        elif kind == K_DELETE:
+            self._delete_committed(seg, op[3])
+        elif kind == K_MERGE:
+            _, t, _, s, data, delta, end, seq = op
+            n = len(data)
+            if n:
+                self._cache.add(t, data, end - n)
+                self._dirty.add(t)
+                added = n
+            t.length = end
+            if delta:
+                t.ec = (t.ec or 0) + delta
+            if t.waiters is not None:
+                t.wake_waiters(False)
+            s.last_modified_ms = now_ms
+            s.op_committed()
+            self._delete_committed(s, seq)
+            result = end
+        elif kind == K_ATTRS:
+            for key, value in op[3].items():
+                seg.set_attr(key, value)
+        if not fut.done():
+            fut.set_result(result)
+        return added
+
+    def _delete_committed(self, seg: SegmentMeta, seq: int) -> None:
+        seg.deleted = True
+        if self._segments.get(seg.name) is seg:
+            del self._segments[seg.name]
+        self._cache.drop(seg)
+        self._dirty.discard(seg)
+        self._unflushed -= seg.length - seg.flushed
+        seg.flushed = seg.length
+        if seg.length:
+            self._pending_deletes.append(
+                (seq, seg.id, 0, (seg.length - 1) // self._chunks.chunk_bytes)
+            )
+        seg.wake_waiters(True)
+
+    async def _interval_sync_loop(self) -> None:
+        interval = self.config.fsync_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._loop.run_in_executor(self._log_exec, self._wal.sync)
+            except OSError as exc:
+                log.error("%s: periodic log fsync failed: %s", self.label, exc)
+
+    # ------------------------------------------------------------------ storage writer
+
+    def _kick_flush(self) -> None:
+        wake = self._flush_wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _storage_loop(self) -> None:
+        loop = self._loop
+        interval = self.config.flush_interval_s
+        while not self._closing:
+            self._flush_wake = loop.create_future()
+            handle = loop.call_later(interval, _set_result, self._flush_wake)
+            try:
+                await self._flush_wake
+            finally:
+                handle.cancel()
+                self._flush_wake = None
+            if self._closing:
+                return
+            try:
+                await self._flush()
+                if (
+                    self._log_bytes_at_commit - self._log_bytes_at_ckpt
+                    >= self.config.checkpoint_log_bytes
+                ):
+                    await self._checkpoint()
+            except Exception:
+                log.exception("%s: storage writer pass failed", self.label)
+
+    async def _flush(self) -> bool:
+        async with self._flush_lock:
+            return await self._flush_locked()
+
+    async def _flush_locked(self) -> bool:
+        """Copy committed data of dirty segments into chunk files; False if I/O failed."""
+        segs = list(self._dirty)
+        self._dirty.clear()
+        jobs: list[tuple[SegmentMeta, int, bytes | memoryview]] = []
+        for seg in segs:
+            start, end = seg.flushed, seg.length
+            if seg.deleted or end <= start:
+                continue
+            cache = seg.cache
+            assert cache is not None and cache.start <= start
+            jobs.append((seg, start, cache.read(start, end)))
+        if not jobs:
+            return True
+        work = [(seg.id, start, data) for seg, start, data in jobs]
+        try:
+            touched = await self._loop.run_in_executor(self._io_exec, self._write_chunks, work)
+        except OSError as exc:
+            log.error("%s: writing chunk files failed: %s", self.label, exc)
+            self._dirty.update(seg for seg, _, _ in jobs if not seg.deleted)
+            return False
+        self._dirty_chunks |= touched
+        written = 0
+        for seg, start, data in jobs:
+            end = start + len(data)
+            if end > seg.flushed:
+                self._unflushed -= end - seg.flushed
+                written += end - seg.flushed
+                seg.flushed = end
+        self.stats["flushes"] += 1
+        self.stats["flushed_bytes"] += written
+        self._cache.evict()
+        return True
+
+    def _write_chunks(self, work: list[tuple[int, int, bytes | memoryview]]) -> set[ChunkId]:
+        touched: set[ChunkId] = set()
+        for seg_id, offset, data in work:
+            touched |= self._chunks.write(seg_id, offset, data)
+        return touched
+
+    async def _checkpoint(self) -> bool:
+        """Checkpoint metadata at the last durable record; then drop what it makes garbage."""
+        async with self._flush_lock:
+            t0 = time.perf_counter()
+            seq = self._committed_seq
+            log_index = self._log_index_at_commit
+            log_bytes = self._log_bytes_at_commit
+            snapshot = [
+                ckpt_mod.SegmentRecord(
+                    s.id,
+                    s.name,
+                    s.segment_type,
+                    s.sealed,
+                    s.length,
+                    s.start_offset,
+                    s.last_modified_ms,
+                    s.all_attrs(),
+                )
+                for s in self._segments.values()
+                if s.created and not s.deleted
+            ]
+            segs = [s for s in self._segments.values() if s.created and not s.deleted]
+            ckpt = ckpt_mod.Checkpoint(seq, self._next_segment_id, snapshot)
+            if not await self._flush_locked():
+                return False
+            for seg, rec in zip(segs, snapshot, strict=True):
+                if seg.flushed < rec.length and not seg.deleted:
+                    log.error("%s: checkpoint skipped, %s not flushed", self.label, seg.name)
+                    return False
+            dirty = self._dirty_chunks
+            self._dirty_chunks = set()
+            try:
+                await self._loop.run_in_executor(self._io_exec, self._write_checkpoint, dirty, ckpt)
+            except OSError as exc:
+                self._dirty_chunks |= dirty
+                log.error("%s: checkpoint failed: %s", self.label, exc)
+                return False
+            self._log_bytes_at_ckpt = log_bytes
+            deletes = [d for d in self._pending_deletes if d[0] <= seq]
+            self._pending_deletes = [d for d in self._pending_deletes if d[0] > seq]
+            try:
+                removed = await self._loop.run_in_executor(
+                    self._log_exec, self._wal.delete_files_before, log_index
+                )
+                await self._loop.run_in_executor(self._io_exec, self._delete_chunks, deletes)
+            except OSError as exc:
+                # Harmless leftovers: recovery skips old log files and deletes stray chunks.
+                log.warning("%s: cleanup after checkpoint failed: %s", self.label, exc)
+                removed = 0
+            seconds = time.perf_counter() - t0
+            self.stats["checkpoints"] += 1
+            self.stats["last_checkpoint_seconds"] = seconds
+            log.debug(
+                "%s: checkpoint at record %d (%d segments) in %.3f s; %d log files removed",
+                self.label,
+                seq,
+                len(snapshot),
+                seconds,
+                removed,
+            )
+            return True
+
+    def _write_checkpoint(self, dirty: set[ChunkId], ckpt: ckpt_mod.Checkpoint) -> None:
+        self._chunks.sync(dirty)
+        self._hook_checkpoint()
+        ckpt_mod.write(self.dir, ckpt)
+
+    def _hook_checkpoint(self) -> None:
+        if self._chunks.fault is not None:
+            self._chunks.fault("checkpoint.write")
+
+    def _delete_chunks(self, deletes: list[tuple[int, int, int, int]]) -> None:
+        for _, seg_id, first, last in deletes:
+            self._chunks.delete(seg_id, first, last)
+
+    # ------------------------------------------------------------------ stats
+
+    def gauges(self) -> dict[str, float]:
+        return {
+            "segments": float(len(self._segments)),
+            "cache_bytes": float(self._cache.size),
+            "unflushed_bytes": float(self._unflushed),
+            "queued_records": float(len(self._ops)),
+            "queued_bytes": float(len(self._buf)),
+            "log_bytes": float(self._wal.bytes_written),
+            "fsyncs": float(self._wal.fsyncs),
+            "log_bytes_since_checkpoint": float(
+                self._log_bytes_at_commit - self._log_bytes_at_ckpt
+            ),
+        }
+
+
+def _check_i64(name: str, value: int) -> None:
+    if not _I64_MIN <= value <= _I64_MAX:
+        raise BadAttributeUpdate(name, f"attribute value {value} is not a 64-bit integer")
+
+
+__all__ = ["SegmentContainer", "StorageError"]

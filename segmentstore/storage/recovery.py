@@ -1,0 +1,327 @@
+# Recovery of one container: newest checkpoint + replay of the log after it.
+#
+# Contract. ``recover`` runs in a worker thread (it does nothing but disk I/O and parsing) and
+# returns the committed state as of the last good log record:
+# * chunk files are first made to match the checkpoint (files of unknown segments and chunks
+#   outside [start offset, length) are deleted, the last chunk is cut to the checkpointed
+#   length), because anything the storage writer wrote after the checkpoint is re-derived
+#   from the log;
+# * records after the checkpoint are replayed in sequence order; data goes straight back into
+#   chunk files (buffered, written in large pieces, not synced: the log stays until the next
+#   checkpoint syncs them), so recovery needs memory for a bounded buffer, not for the log;
+# * replay stops at the first record with a wrong length, CRC, type or sequence number. A bad
+#   tail in the newest file is a torn write and is cut off (logged as a warning); bad data
+#   in an older file is corruption of acknowledged data (logged as an error) and that file's
+#   rest plus every later file are renamed ``*.discarded`` and ignored, because replaying
+#   past a gap would build a state that never existed.
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import records as R
+from .api import EVENT_COUNT
+from .checkpoint import load_newest
+from .chunks import ChunkId, ChunkStore
+from .metadata import SegmentMeta
+from .wal import HEADER_SIZE, LogFileInfo, ScanResult, list_log_files, scan_file
+
+log = logging.getLogger("segmentstore.storage")
+
+_EVENT_COUNT = EVENT_COUNT.int
+_FLUSH_AT = 64 * 1024 * 1024
+
+
+@dataclass
+class Recovered:
+    segments: dict[str, SegmentMeta]
+    checkpoint_seq: int
+    next_seq: int
+    next_segment_id: int
+    next_log_index: int
+    prev_valid_len: int
+    # (seq of the record that made them garbage, segment id, first chunk, last chunk)
+    pending_deletes: list[tuple[int, int, int, int]] = field(default_factory=list)
+    dirty_chunks: set[ChunkId] = field(default_factory=set)
+    records: int = 0
+    log_bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+class _ChunkBuffer:
+    """Replayed segment data on its way to the chunk files, written in large pieces."""
+
+    def __init__(self, chunks: ChunkStore, dirty: set[ChunkId]) -> None:
+        self.chunks = chunks
+        self.dirty = dirty
+        self.pending: dict[int, tuple[int, bytearray]] = {}
+        self.size = 0
+
+    def add(self, seg_id: int, offset: int, data: memoryview) -> None:
+        entry = self.pending.get(seg_id)
+        if entry is None:
+            self.pending[seg_id] = (offset, bytearray(data))
+        else:
+            entry[1].extend(data)
+        self.size += len(data)
+        if self.size >= _FLUSH_AT:
+            self.flush()
+
+    def drop(self, seg_id: int) -> None:
+        entry = self.pending.pop(seg_id, None)
+        if entry is not None:
+            self.size -= len(entry[1])
+
+    def flush(self) -> None:
+        for seg_id, (offset, data) in self.pending.items():
+            self.dirty |= self.chunks.write(seg_id, offset, data)
+        self.pending.clear()
+        self.size = 0
+
+
+def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: list[str]) -> None:
+    cb = chunks.chunk_bytes
+    for seg_id, ks in chunks.list_files().items():
+        seg = by_id.get(seg_id)
+        if seg is None:
+            chunks.delete(seg_id, min(ks), max(ks))
+            continue
+        first, last = chunks.chunk_range(seg.start_offset, seg.length)
+        for k in ks:
+            path = chunks.path(seg_id, k)
+            if k < first or k > last:
+                path.unlink(missing_ok=True)
+            elif k == last:
+                want = seg.length - k * cb
+                size = path.stat().st_size
+                if size > want:
+                    os.truncate(path, want)
+                elif size < want:
+                    msg = f"chunk file {path} holds {size} bytes, checkpoint needs {want}"
+                    problems.append(msg)
+                    log.error("recovery: %s", msg)
+
+
+def _discard(info: LogFileInfo) -> None:
+    target = info.path.with_suffix(".discarded")
+    os.replace(info.path, target)
+    log.error("recovery: set aside %s as %s", info.path, target.name)
+
+
+def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
+    log_dir = container_dir / "log"
+    ckpt = load_newest(container_dir)
+    ckpt_seq = ckpt.seq if ckpt is not None else 0
+    by_id: dict[int, SegmentMeta] = {}
+    next_segment_id = 1
+    if ckpt is not None:
+        next_segment_id = ckpt.next_segment_id
+        for s in ckpt.segments:
+            seg = SegmentMeta(s.name, s.seg_id, s.segment_type, s.last_modified_ms)
+            seg.created = True
+            seg.length = seg.flushed = s.length
+            seg.start_offset = s.start_offset
+            seg.sealed = s.sealed
+            seg.load_attrs(s.attrs)
+            by_id[s.seg_id] = seg
+    rec = Recovered({}, ckpt_seq, ckpt_seq + 1, next_segment_id, 0, -1)
+    _clean_chunks(chunks, by_id, rec.problems)
+    buf = _ChunkBuffer(chunks, rec.dirty_chunks)
+    cb = chunks.chunk_bytes
+
+    infos = list_log_files(log_dir)
+    # Files whose successor starts at or before ckpt_seq + 1 hold only checkpointed records.
+    start = 0
+    while (
+        start + 1 < len(infos)
+        and infos[start + 1].header_ok
+        and infos[start + 1].first_seq <= ckpt_seq + 1
+    ):
+        start += 1
+    expected = ckpt_seq + 1
+    last_seq = ckpt_seq
+    stop = False
+    for i in range(start, len(infos)):
+        info = infos[i]
+        is_last = i == len(infos) - 1
+        if stop:
+            _discard(info)
+            continue
+        rec.next_log_index = info.index + 1
+        if not info.header_ok:
+            if is_last:
+                # Nothing goes into a log file before its header is durable, so a newest
+                # file without a valid header was being created (or recycled) at the crash.
+                log.info(
+                    "recovery %s: removed log file %s cut off while being created",
+                    label,
+                    info.path,
+                )
+                info.path.unlink()
+                continue
+            msg = f"log file {info.path} has a bad header"
+            rec.problems.append(msg)
+            log.error("recovery %s: %s; ignoring it and every later log file", label, msg)
+            _discard(info)
+            stop = True
+            continue
+        # The first file may start before the checkpoint; each later one must continue
+        # exactly where its predecessor's good records ended.
+        if info.first_seq > expected or (i > start and info.first_seq != expected):
+            msg = f"log file {info.path} starts at record {info.first_seq}, expected {expected}"
+            rec.problems.append(msg)
+            log.error("recovery %s: %s; ignoring it and every later log file", label, msg)
+            _discard(info)
+            stop = True
+            continue
+        # A later file's header says where this one's records end (bytes after that are a
+        # failed write, or the zeros / old records of a preallocated or recycled file).
+        nxt = infos[i + 1] if not is_last else None
+        claimed = nxt.prev_valid_len if nxt is not None and nxt.header_ok else -1
+        end = min(claimed, info.size) if claimed >= 0 else info.size
+        mtime_ms = int(os.stat(info.path).st_mtime * 1000)
+        result = ScanResult(0, info.first_seq)
+        result.good_end = HEADER_SIZE
+        with open(info.path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if info.size else b""
+            try:
+                for seq, rtype, record in scan_file(mm, end, info.first_seq, result):
+                    if seq <= ckpt_seq:
+                        continue
+                    _apply(rec, by_id, buf, cb, seq, rtype, record, mtime_ms)
+                    last_seq = seq
+            finally:
+                if isinstance(mm, mmap.mmap):
+                    mm.close()
+        rec.log_bytes += result.good_end
+        expected = result.next_seq
+        if not result.problem and claimed >= 0 and result.good_end < claimed:
+            result.problem = f"records end at {result.good_end}, the next file says {claimed}"
+        if result.problem:
+            cut = info.size - result.good_end
+            if is_last:
+                msg = (
+                    f"torn tail in {info.path.name}: {result.problem}; cut {cut} bytes "
+                    f"after the last good record (seq {result.next_seq - 1})"
+                )
+                log.warning("recovery %s: %s", label, msg)
+            else:
+                msg = (
+                    f"corrupt record in {info.path.name}: {result.problem}; cut {cut} bytes; "
+                    f"later log files are ignored"
+                )
+                log.error("recovery %s: %s", label, msg)
+                stop = True
+            rec.problems.append(msg)
+            os.truncate(info.path, result.good_end)
+        rec.prev_valid_len = result.good_end
+    buf.flush()
+    rec.next_seq = max(expected, last_seq + 1)
+    for seg in by_id.values():
+        if seg.deleted:
+            continue
+        seg.flushed = seg.length
+        seg.reset_pending()
+        rec.segments[seg.name] = seg
+    rec.next_segment_id = max([rec.next_segment_id, *(seg_id + 1 for seg_id in by_id)])
+    return rec
+
+
+def _apply(
+    rec: Recovered,
+    by_id: dict[int, SegmentMeta],
+    buf: _ChunkBuffer,
+    cb: int,
+    seq: int,
+    rtype: int,
+    record: bytes,
+    mtime_ms: int,
+) -> None:
+    body = 4 + R.SEQ_TYPE_SIZE  # size field + seq + type precede the body in ``record``
+    rec.records += 1
+    if rtype == R.APPEND or rtype == R.APPEND_W:
+        if rtype == R.APPEND:
+            seg_id, offset, count = R.APPEND_BODY.unpack_from(record, body)
+            data_at = body + R.APPEND_BODY.size
+            writer = None
+            event_number = 0
+        else:
+            seg_id, offset, count, wbytes, event_number = R.APPEND_W_BODY.unpack_from(record, body)
+            data_at = body + R.APPEND_W_BODY.size
+            writer = int.from_bytes(wbytes, "big")
+        seg = by_id.get(seg_id)
+        if seg is None or seg.deleted or offset != seg.length:
+            _inconsistent(rec, seq, f"append to segment {seg_id} at {offset}")
+            return
+        data = memoryview(record)[data_at:]
+        if data:
+            buf.add(seg_id, offset, data)
+        seg.length = offset + len(data)
+        if writer is not None:
+            seg.set_attr(writer, event_number)
+        if count:
+            seg.ec = (seg.ec or 0) + count
+        seg.last_modified_ms = mtime_ms
+    elif rtype == R.CREATE:
+        seg_id, stype, name_len = R.CREATE_BODY.unpack_from(record, body)
+        pos = body + R.CREATE_BODY.size
+        name = record[pos : pos + name_len].decode()
+        attrs, _ = R.decode_attrs(record, pos + name_len)
+        seg = SegmentMeta(name, seg_id, stype, mtime_ms)
+        seg.created = True
+        seg.load_attrs(attrs)
+        by_id[seg_id] = seg
+    elif rtype == R.MERGE:
+        target_id, source_id, offset, delta = R.MERGE_BODY.unpack_from(record, body)
+        target = by_id.get(target_id)
+        source = by_id.get(source_id)
+        if target is None or target.deleted or offset != target.length or source is None:
+            _inconsistent(rec, seq, f"merge of {source_id} into {target_id} at {offset}")
+            return
+        data = memoryview(record)[body + R.MERGE_BODY.size :]
+        if data:
+            buf.add(target_id, offset, data)
+        target.length = offset + len(data)
+        if delta:
+            target.ec = (target.ec or 0) + delta
+        target.last_modified_ms = mtime_ms
+        _delete(rec, buf, source, seq)
+    else:
+        (seg_id,) = R.SEG.unpack_from(record, body)
+        seg = by_id.get(seg_id)
+        if seg is None or seg.deleted:
+            _inconsistent(rec, seq, f"record type {rtype} for segment {seg_id}")
+            return
+        seg.last_modified_ms = mtime_ms
+        if rtype == R.SEAL:
+            seg.sealed = True
+        elif rtype == R.TRUNCATE:
+            _, offset = R.SEG_OFFSET.unpack_from(record, body)
+            if offset > seg.start_offset:
+                seg.start_offset = offset
+                rec.pending_deletes.append((seq, seg_id, 0, offset // cb - 1))
+        elif rtype == R.DELETE:
+            _delete(rec, buf, seg, seq)
+        elif rtype == R.ATTRS:
+            values, _ = R.decode_attrs(record, body + R.SEG.size)
+            for key, value in values.items():
+                seg.set_attr(key, value)
+
+
+def _delete(rec: Recovered, buf: _ChunkBuffer, seg: SegmentMeta, seq: int) -> None:
+    seg.deleted = True
+    buf.drop(seg.id)
+    if seg.length:
+        last = (seg.length - 1) // buf.chunks.chunk_bytes
+        rec.pending_deletes.append((seq, seg.id, 0, last))
+
+
+def _inconsistent(rec: Recovered, seq: int, what: str) -> None:
+    # The live engine validates before logging, so this means a bug, not a torn write:
+    # say so loudly, skip the record, keep the rest of the state.
+    msg = f"record {seq}: {what} does not fit the replayed state; skipped"
+    rec.problems.append(msg)
+    log.error("recovery: %s", msg)

@@ -1,0 +1,244 @@
+# SegmentStore: the storage engine's front door. Routes each segment name to its container
+# and aggregates what the server needs (stats, the commit hook).
+#
+# Contract. A name's container is ``crc32(routing name) % container_count`` where the routing
+# name drops a Pravega transaction/transient suffix ("#transaction." / "#transient."), so a
+# transaction and its parent share a container and can be merged; the hash is stable across
+# processes (unlike ``hash()``). The container count is recorded in the data directory and a
+# store opened with another count refuses to start (segments would land in the wrong place).
+# All methods must be called from the event loop that ran ``open``.
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .api import (
+    AppendResult,
+    AttributeUpdate,
+    ReadResult,
+    SegmentInfo,
+    StorageError,
+    StoreConfig,
+)
+from .container import CommitHook, SegmentContainer
+from .crc import log_implementation
+from .wal import FaultHook, fsync_dir
+
+log = logging.getLogger("segmentstore.storage")
+
+_LAYOUT_FILE = "store.json"
+_LAYOUT_VERSION = 1
+
+
+def routing_name(name: str) -> str:
+    """The part of a segment name that picks its container (the parent of a transaction)."""
+    for marker in ("#transaction.", "#transient."):
+        i = name.find(marker)
+        if i >= 0:
+            return name[:i]
+    return name
+
+
+def container_of(name: str, count: int) -> int:
+    if count == 1:
+        return 0
+    return zlib.crc32(routing_name(name).encode("utf-8", "surrogatepass")) % count
+
+
+class SegmentStore:
+    """Durable segments on local disk; see api.py for the rules every method keeps."""
+
+    recovery_seconds: float
+
+    def __init__(self, config: StoreConfig, containers: list[SegmentContainer]) -> None:
+        self.config = config
+        self._containers = containers
+        self._count = len(containers)
+        self._on_commit: CommitHook | None = None
+        self.recovery_seconds = 0.0
+        self._closed = False
+
+    @classmethod
+    async def open(cls, config: StoreConfig) -> SegmentStore:
+        """Open (creating if needed) the store in ``config.data_dir`` and recover it."""
+        log_implementation()
+        loop = asyncio.get_running_loop()
+        data_dir = Path(config.data_dir)
+        await loop.run_in_executor(None, _check_layout, data_dir, config.container_count)
+        t0 = time.perf_counter()
+        budget = max(1, config.read_cache_bytes // config.container_count)
+        containers = [
+            SegmentContainer(i, data_dir / f"container-{i:04d}", config, budget)
+            for i in range(config.container_count)
+        ]
+        started: list[SegmentContainer] = []
+        try:
+            for c in containers:
+                await c.start()
+                started.append(c)
+        except BaseException:
+            for c in started:
+                await c.close()
+            raise
+        store = cls(config, containers)
+        store.recovery_seconds = time.perf_counter() - t0
+        log.info(
+            "segment store open at %s: %d container(s), fsync=%s, recovery took %.3f s",
+            data_dir,
+            config.container_count,
+            config.fsync,
+            store.recovery_seconds,
+        )
+        return store
+
+    async def close(self) -> None:
+        """Finish queued operations, flush and checkpoint everything, stop background tasks."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(*(c.close() for c in self._containers))
+
+    async def __aenter__(self) -> SegmentStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _route(self, name: str) -> SegmentContainer:
+        if self._count == 1:
+            return self._containers[0]
+        return self._containers[container_of(name, self._count)]
+
+    # ------------------------------------------------------------------ hooks
+
+    @property
+    def on_commit(self) -> CommitHook | None:
+        """Called after each group commit with (records in the batch, fsync seconds)."""
+        return self._on_commit
+
+    @on_commit.setter
+    def on_commit(self, hook: CommitHook | None) -> None:
+        self._on_commit = hook
+        for c in self._containers:
+            c.on_commit = hook
+
+    def set_fault_hook(self, hook: FaultHook | None) -> None:
+        """Test hook: ``hook(op)`` runs before each log/chunk I/O; raising OSError fails it."""
+        for c in self._containers:
+            c.set_fault_hook(hook)
+
+    # ------------------------------------------------------------------ queries
+
+    def exists(self, name: str) -> bool:
+        return self._route(name).exists(name)
+
+    def info(self, name: str) -> SegmentInfo:
+        return self._route(name).info(name)
+
+    def segment_names(self) -> list[str]:
+        names: list[str] = []
+        for c in self._containers:
+            names.extend(c.segment_names())
+        return names
+
+    def get_attribute(self, name: str, attribute_id: uuid.UUID) -> int:
+        return self._route(name).get_attribute(name, attribute_id)
+
+    # ------------------------------------------------------------------ operations
+
+    async def create_segment(
+        self,
+        name: str,
+        *,
+        segment_type: int = 0,
+        attributes: Mapping[uuid.UUID, int] | None = None,
+    ) -> None:
+        await self._route(name).create_segment(name, segment_type, attributes)
+
+    def append(
+        self,
+        name: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        writer_id: uuid.UUID | None = None,
+        event_number: int | None = None,
+        event_count: int = 1,
+        expected_offset: int | None = None,
+    ) -> asyncio.Future[AppendResult]:
+        """Order the append now; the future completes once it is durable (errors included)."""
+        if self._count == 1:
+            c = self._containers[0]
+        else:
+            c = self._containers[container_of(name, self._count)]
+        return c.append(name, data, writer_id, event_number, event_count, expected_offset)
+
+    def try_read(self, name: str, offset: int, max_length: int) -> ReadResult | None:
+        """``read`` if it can be served from memory right now, else None (never blocks)."""
+        return self._route(name).try_read(name, offset, max_length)
+
+    async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
+        return await self._route(name).read(name, offset, max_length)
+
+    async def wait_for_data(self, name: str, offset: int, timeout: float) -> None:
+        await self._route(name).wait_for_data(name, offset, timeout)
+
+    async def seal(self, name: str) -> int:
+        return await self._route(name).seal(name)
+
+    async def truncate(self, name: str, offset: int) -> None:
+        await self._route(name).truncate(name, offset)
+
+    async def delete(self, name: str) -> None:
+        await self._route(name).delete(name)
+
+    async def merge(self, target: str, source: str) -> int:
+        c = self._route(target)
+        if self._route(source) is not c:
+            raise StorageError(source, f"is not in the same container as {target}")
+        return await c.merge(target, source)
+
+    async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
+        await self._route(name).update_attributes(name, updates)
+
+    # ------------------------------------------------------------------ metrics
+
+    def stats(self) -> dict[str, float]:
+        """Counters and gauges summed over containers (names fit Prometheus metrics)."""
+        out: dict[str, float] = {}
+        for c in self._containers:
+            for source in (c.stats, c.gauges()):
+                for key, value in source.items():
+                    if key.startswith("last_"):
+                        out[key] = max(out.get(key, 0.0), value)
+                    else:
+                        out[key] = out.get(key, 0.0) + value
+        out["recovery_seconds"] = self.recovery_seconds
+        out["containers"] = float(self._count)
+        return out
+
+
+def _check_layout(data_dir: Path, count: int) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / _LAYOUT_FILE
+    if path.exists():
+        layout = json.loads(path.read_text())
+        if layout.get("container_count") != count:
+            raise StorageError(
+                str(data_dir),
+                f"created with {layout.get('container_count')} containers, opened with {count}",
+            )
+        return
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps({"version": _LAYOUT_VERSION, "container_count": count}))
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    fsync_dir(data_dir)

@@ -1,0 +1,369 @@
+# The durable log (write-ahead log) of one container: numbered files of CRC'd records.
+#
+# Contract.
+# * ``WalWriter`` is driven from ONE thread at a time (the container's log thread), never the
+#   event loop. ``write_batch`` appends a group of already-encoded records with one write and,
+#   in fsync mode "always", one fdatasync; when it returns the records are on disk.
+# * When a write or sync fails, ``write_batch`` raises OSError and the batch counts as not
+#   written: the file is cut back to its last good end (best effort), closed, and the next
+#   batch goes into a NEW file whose header names the previous file's valid length. So
+#   garbage from a failed write can never sit between good records, and after fsync errors
+#   (when the kernel may have dropped dirty pages) we never trust that file's tail again.
+# * A file header is ``magic | index:u64 | first_seq:u64 | prev_valid_len:i64 | crc:u32``;
+#   ``prev_valid_len`` is where the previous file's records end (-1: no previous file). The
+#   header is fsynced (with the directory entry) before any record goes into the file.
+# * ``scan_file`` reads records back for recovery and stops at the first wrong length, CRC,
+#   type or sequence number, reporting where and why.
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .api import FsyncMode
+from .crc import crc32c
+from .records import PREFIX, PREFIX_SIZE, RECORD_TYPES, SEQ_TYPE_SIZE
+
+MAGIC = b"SSWAL001"
+_HEADER = struct.Struct("<8sQQq")
+_HEADER_CRC = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size + _HEADER_CRC.size
+_SPARES = 2  # ready-made log files kept in the pool
+
+FaultHook = Callable[[str], None]
+"""Called with an operation name ("wal.open", "wal.write", "wal.fsync", "chunk.write", ...)
+just before that I/O happens; raising OSError there simulates the failure (tests only)."""
+
+
+def log_file_name(index: int) -> str:
+    return f"{index:016d}.log"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def encode_header(index: int, first_seq: int, prev_valid_len: int) -> bytes:
+    head = _HEADER.pack(MAGIC, index, first_seq, prev_valid_len)
+    return head + _HEADER_CRC.pack(crc32c(head))
+
+
+class WalWriter:
+    """Appends record batches to the current log file; rolls files; survives I/O errors."""
+
+    def __init__(self, log_dir: Path, mode: FsyncMode, interval_s: float, file_bytes: int) -> None:
+        self.dir = log_dir
+        self.mode = mode
+        self.interval_s = interval_s
+        self.file_bytes = file_bytes
+        self.fault: FaultHook | None = None
+        self._fd: int | None = None
+        self._index = 0  # index of the open file, or of the next one to open
+        self._pos = 0  # end of the last good record in the open file
+        self._prev_valid = -1  # valid length of the previous file, for the next header
+        self._last_sync = time.monotonic()
+        self._unsynced = False
+        self.bytes_written = 0
+        self.fsyncs = 0
+        # Ready-made log files (zero-filled or recycled) and the files that saw a failed
+        # write (their tails may hold records with sequence numbers we reuse: never recycled).
+        self._spares: list[Path] = []
+        self._spare_lock = threading.Lock()
+        self._preparing = False
+        self._spare_counter = 0
+        self._abandoned: set[int] = set()
+
+    def start(self, next_index: int, prev_valid_len: int) -> None:
+        """Continue after recovery: the next batch opens file ``next_index``."""
+        self._index = next_index
+        self._prev_valid = prev_valid_len
+        for path in self.dir.glob("spare-*.tmp"):
+            if path.stat().st_size >= self.file_bytes and len(self._spares) < _SPARES:
+                self._spares.append(path)
+            else:
+                path.unlink()
+
+    @property
+    def current_index(self) -> int:
+        """Index of the file the next record lands in; every older file holds only older records."""
+        return self._index
+
+    def _hook(self, op: str) -> None:
+        if self.fault is not None:
+            self.fault(op)
+
+    def _take_spare(self) -> Path | None:
+        with self._spare_lock:
+            return self._spares.pop() if self._spares else None
+
+    @property
+    def spare_wanted(self) -> bool:
+        """True when the pool of ready log files is low (call ``prepare_spare`` off-loop)."""
+        return len(self._spares) < _SPARES and not self._preparing
+
+    def prepare_spare(self) -> None:
+        """Zero-fill a future log file (runs in a worker thread, not the log thread).
+
+        Overwriting blocks that are already allocated and written changes no metadata, so
+        the log's fdatasync flushes only data: no ext4 journal commit, which would also
+        drag in the metadata of every chunk file written meanwhile.
+        """
+        with self._spare_lock:
+            if self._preparing or len(self._spares) >= _SPARES:
+                return
+            self._preparing = True
+            self._spare_counter += 1
+            path = self.dir / f"spare-{os.getpid()}-{self._spare_counter}.tmp"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                zeros = bytes(min(self.file_bytes, 1 << 20))
+                left = self.file_bytes
+                while left > 0:
+                    left -= os.write(fd, zeros[: min(left, len(zeros))])
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        finally:
+            with self._spare_lock:
+                self._preparing = False
+        with self._spare_lock:
+            self._spares.append(path)
+
+    def _open(self, first_seq: int) -> None:
+        path = self.dir / log_file_name(self._index)
+        self._hook("wal.open")
+        spare = self._take_spare()
+        if spare is not None:
+            # A zero-filled or recycled file: its old content lies after our records, and
+            # recovery tells it apart by its zeros or its older sequence numbers.
+            os.replace(spare, path)
+            fd = os.open(path, os.O_WRONLY)
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            header = encode_header(self._index, first_seq, self._prev_valid)
+            if os.write(fd, header) != len(header):
+                raise OSError(f"short write of log header to {path}")
+            os.fdatasync(fd)
+            fsync_dir(self.dir)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        self._fd = fd
+        self._pos = HEADER_SIZE
+
+    def _abandon(self) -> None:
+        """After a failed write/sync: cut the file back to its good end and never reuse it."""
+        fd = self._fd
+        self._fd = None
+        if fd is None:
+            return
+        try:
+            os.ftruncate(fd, self._pos)
+            os.fdatasync(fd)
+        except OSError:
+            pass  # the next file's header still bounds this one at self._pos
+        finally:
+            os.close(fd)
+        self._prev_valid = self._pos
+        self._abandoned.add(self._index)
+        self._index += 1
+
+    def write_batch(self, buf: bytes | bytearray, first_seq: int) -> float:
+        """Write ``buf`` (whole records, first one numbered ``first_seq``); returns sync seconds."""
+        if self._fd is None:
+            self._open(first_seq)
+        fd = self._fd
+        assert fd is not None
+        sync_s = 0.0
+        try:
+            self._hook("wal.write")
+            view = memoryview(buf)
+            done = 0
+            total = len(view)
+            while done < total:
+                done += os.write(fd, view[done:])
+            view.release()
+            if self.mode == "always" or (
+                self.mode == "interval" and time.monotonic() - self._last_sync >= self.interval_s
+            ):
+                t0 = time.perf_counter()
+                self._hook("wal.fsync")
+                os.fdatasync(fd)
+                sync_s = time.perf_counter() - t0
+                self._last_sync = time.monotonic()
+                self.fsyncs += 1
+                self._unsynced = False
+            else:
+                self._unsynced = True
+        except OSError:
+            self._abandon()
+            raise
+        self._pos += total
+        self.bytes_written += total
+        if self._pos >= self.file_bytes:
+            self._roll()
+        return sync_s
+
+    def _roll(self) -> None:
+        fd = self._fd
+        assert fd is not None
+        try:
+            if self._unsynced:
+                os.fdatasync(fd)
+                self.fsyncs += 1
+                self._unsynced = False
+        finally:
+            self._fd = None
+            os.close(fd)
+            self._prev_valid = self._pos
+            self._index += 1
+
+    def sync(self) -> None:
+        """fsync pending writes (fsync modes "interval" and "never" at close)."""
+        if self._fd is not None and self._unsynced:
+            self._hook("wal.fsync")
+            os.fdatasync(self._fd)
+            self.fsyncs += 1
+            self._unsynced = False
+            self._last_sync = time.monotonic()
+
+    def close(self) -> None:
+        try:
+            self.sync()
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def delete_files_before(self, index: int) -> int:
+        """Retire log files numbered below ``index`` (all their records are checkpointed).
+
+        Full-size files become spares (recycled: no zero-filling needed); the rest go.
+        """
+        removed = 0
+        for info in list_log_files(self.dir):
+            if info.index >= index:
+                continue
+            recycle = info.index not in self._abandoned and info.size >= self.file_bytes
+            with self._spare_lock:
+                if recycle and len(self._spares) < _SPARES:
+                    self._spare_counter += 1
+                    spare = self.dir / f"spare-{os.getpid()}-{self._spare_counter}.tmp"
+                    os.replace(info.path, spare)
+                    self._spares.append(spare)
+                else:
+                    info.path.unlink(missing_ok=True)
+            self._abandoned.discard(info.index)
+            removed += 1
+        return removed
+
+
+@dataclass(slots=True)
+class LogFileInfo:
+    index: int
+    path: Path
+    size: int
+    first_seq: int = -1
+    prev_valid_len: int = -1
+    header_ok: bool = False
+
+
+def list_log_files(log_dir: Path) -> list[LogFileInfo]:
+    """The log files in ``log_dir`` by index, with their headers read (``header_ok``)."""
+    infos = []
+    for path in log_dir.glob("*.log"):
+        try:
+            index = int(path.stem)
+        except ValueError:
+            continue
+        size = path.stat().st_size
+        info = LogFileInfo(index, path, size)
+        with open(path, "rb") as f:
+            raw = f.read(HEADER_SIZE)
+        if len(raw) == HEADER_SIZE:
+            magic, idx, first_seq, prev_valid = _HEADER.unpack_from(raw)
+            (crc,) = _HEADER_CRC.unpack_from(raw, _HEADER.size)
+            if magic == MAGIC and idx == index and crc == crc32c(raw[: _HEADER.size]):
+                info.first_seq = first_seq
+                info.prev_valid_len = prev_valid
+                info.header_ok = True
+        infos.append(info)
+    infos.sort(key=lambda i: i.index)
+    return infos
+
+
+class ScanResult:
+    """Where a scan of one file stopped: ``good_end`` and, if it hit bad data, ``problem``.
+
+    A scan that ends at zeros (a pre-filled file) or at an intact record with an older
+    sequence number (a recycled file) ended cleanly: ``problem`` stays empty.
+    """
+
+    __slots__ = ("good_end", "next_seq", "problem", "records")
+
+    def __init__(self, good_end: int, next_seq: int) -> None:
+        self.good_end = good_end
+        self.next_seq = next_seq
+        self.problem = ""
+        self.records = 0
+
+
+def scan_file(
+    mm: mmap.mmap | bytes, end: int, expected_seq: int, result: ScanResult
+) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(seq, type, record)`` for each good record in ``mm[HEADER_SIZE:end]``.
+
+    ``record`` is the record's bytes after the crc field (size, seq, type, body), so the body
+    starts at offset ``SEQ_TYPE_SIZE + 4``. ``expected_seq`` is the number the first record
+    must carry (-1: take the first record's). ``result`` is updated as the scan proceeds and
+    says, once the iterator is exhausted, where the good data ends and why it stopped.
+    """
+    pos = HEADER_SIZE
+    unpack_prefix = PREFIX.unpack_from
+    while pos < end:
+        if end - pos < PREFIX_SIZE:
+            result.problem = f"truncated record header at {pos} ({end - pos} bytes left)"
+            return
+        crc, size, seq, rtype = unpack_prefix(mm, pos)
+        if crc == 0 and size == 0:
+            return  # zero-filled remainder of a preallocated file: clean end
+        rec_end = pos + 8 + size
+        if size < SEQ_TYPE_SIZE or rec_end > end:
+            result.problem = f"bad record length {size} at {pos} (file ends at {end})"
+            return
+        rec = mm[pos + 4 : rec_end]
+        if crc32c(rec) != crc:
+            result.problem = f"CRC mismatch in record at {pos} (length {size})"
+            return
+        if rtype not in RECORD_TYPES:
+            result.problem = f"unknown record type {rtype} at {pos}"
+            return
+        if expected_seq >= 0 and seq != expected_seq:
+            if seq < expected_seq:
+                return  # an intact older record: the recycled file's previous life
+            result.problem = f"sequence gap at {pos}: expected {expected_seq}, found {seq}"
+            return
+        expected_seq = seq + 1
+        pos = rec_end
+        result.good_end = pos
+        result.next_seq = expected_seq
+        result.records += 1
+        yield seq, rtype, rec
