@@ -1,0 +1,75 @@
+"""``segmentstore`` command line: ``segmentstore serve [options]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__
+from .config import FSYNC_MODES, ConfigError, load_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="segmentstore", description=__doc__)
+    p.add_argument("--version", action="version", version=f"segmentstore {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser(
+        "serve",
+        help="run the segment store server",
+        description="Run the server. Every option can also be set as SEGMENTSTORE_<NAME> "
+        "(e.g. SEGMENTSTORE_FSYNC=interval) or in a TOML file given with --config.",
+    )
+    s.add_argument("--config", type=Path, help="TOML file with settings (flags win over it)")
+    s.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="TCP port (default 12345, Pravega's; 0 = any)")
+    s.add_argument("--data-dir", type=Path, help="data directory (default ./segmentstore-data)")
+    s.add_argument(
+        "--fsync",
+        choices=FSYNC_MODES,
+        help="always: ack after fsync (default, safe); interval/never: faster, may lose "
+        "acknowledged appends on power loss",
+    )
+    s.add_argument("--fsync-interval-ms", type=int, help="fsync period for --fsync interval")
+    s.add_argument("--http-host", help="address of the /metrics endpoint (default 127.0.0.1)")
+    s.add_argument(
+        "--http-port", type=int, help="Prometheus /metrics port (default 9091; -1 disables)"
+    )
+    s.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    s.add_argument("--containers", type=int, help="segment containers (default 1)")
+    s.add_argument("--max-connections", type=int, help="connection cap (default 10000)")
+    s.add_argument("--tail-read-timeout-s", type=float, help="tail read wait (default 10)")
+    s.add_argument("--read-cache-mb", type=int, help="read cache size in MiB (default 256)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    try:
+        config = load_config(flags, toml_path=args.config)
+    except ConfigError as e:
+        print(f"segmentstore: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from .server.server import run
+
+    try:
+        import uvloop
+    except ImportError:
+        logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
+        asyncio.run(run(config))
+    else:
+        uvloop.run(run(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Server settings from flags, ``SEGMENTSTORE_*`` environment variables and a TOML file.
+
+Precedence: command-line flag > environment variable > TOML file > default. Every
+setting has a safe default; ``--fsync always`` (ack after fsync) is the default and the
+faster modes must be asked for by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "SEGMENTSTORE_"
+FSYNC_MODES = ("always", "interval", "never")
+
+
+class ConfigError(ValueError):
+    """A setting has a value the server cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 12345
+    data_dir: Path = Path("segmentstore-data")
+    fsync: str = "always"
+    fsync_interval_ms: int = 100
+    http_host: str = "127.0.0.1"
+    http_port: int = 9091  # 0 = any free port is not useful for scraping; -1 disables
+    log_level: str = "INFO"
+    containers: int = 1
+    max_connections: int = 10_000
+    connection_inflight_bytes: int = 32 * 1024 * 1024
+    connection_write_buffer_bytes: int = 8 * 1024 * 1024
+    tail_read_timeout_s: float = 10.0
+    read_cache_mb: int = 256
+
+    def validate(self) -> ServerConfig:
+        if self.fsync not in FSYNC_MODES:
+            raise ConfigError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {self.fsync!r}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port {self.port} out of range")
+        if not -1 <= self.http_port <= 65535:
+            raise ConfigError(f"http port {self.http_port} out of range")
+        if self.containers < 1:
+            raise ConfigError("containers must be at least 1")
+        if self.tail_read_timeout_s <= 0:
+            raise ConfigError("tail read timeout must be positive")
+        return self
+
+
+def _convert(field: dataclasses.Field[Any], raw: Any, source: str) -> Any:
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "Path":
+            return Path(str(raw)).expanduser()
+        return str(raw)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{source}: {field.name} = {raw!r} is not a valid {kind}") from e
+
+
+def load_config(
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    toml_path: Path | None = None,
+) -> ServerConfig:
+    """Merge the sources; ``flags`` holds only the flags given on the command line."""
+    environ = os.environ if environ is None else environ
+    fields = {f.name: f for f in dataclasses.fields(ServerConfig)}
+    values: dict[str, Any] = {}
+    path = toml_path or (
+        Path(environ[ENV_PREFIX + "CONFIG"]) if ENV_PREFIX + "CONFIG" in environ else None
+    )
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                table = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"cannot read config file {path}: {e}") from e
+        table = table.get("segmentstore", table)
+        for key, raw in table.items():
+            name = key.replace("-", "_")
+            if name not in fields:
+                raise ConfigError(f"{path}: unknown setting {key!r}")
+            values[name] = _convert(fields[name], raw, str(path))
+    for name, field in fields.items():
+        env_name = ENV_PREFIX + name.upper()
+        if env_name in environ:
+            values[name] = _convert(field, environ[env_name], env_name)
+    for name, raw in (flags or {}).items():
+        if raw is not None and name in fields:
+            values[name] = _convert(fields[name], raw, f"--{name.replace('_', '-')}")
+    return ServerConfig(**values).validate()

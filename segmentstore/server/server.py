@@ -1,0 +1,149 @@
+"""The segment store server: storage + tables + TCP listener + metrics, and a clean stop.
+
+``run(config)`` opens the store (recovery), starts the listener and the metrics endpoint,
+logs one ``ready`` line with the addresses, and serves until SIGTERM/SIGINT. Stopping
+stops accepting, lets appends already received become durable (bounded wait), sends
+their acknowledgements, closes connections, and closes the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from segmentstore_client.protocol import Command, OperationUnsupported, Reply
+
+from ..config import ServerConfig
+from ..storage import SegmentStore, StoreConfig
+from ..tables import TableStore
+from .connection import Connection
+from .context import HandlerTable, ServerContext
+from .metrics import Metrics, serve_metrics
+from .segment_handlers import SEGMENT_HANDLERS
+from .table_handlers import TABLE_HANDLERS
+
+log = logging.getLogger("segmentstore.server")
+
+SHUTDOWN_DRAIN_SECONDS = 10.0
+
+
+class Server:
+    def __init__(self, config: ServerConfig, ctx: ServerContext) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.handlers: HandlerTable = {**SEGMENT_HANDLERS, **TABLE_HANDLERS}
+        self.connections: set[Connection] = set()
+        self.address: tuple[str, int] = (config.host, config.port)
+        self.metrics_port: int | None = None
+        self._listener: asyncio.Server | None = None
+        self._metrics_server: Any = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+
+    @classmethod
+    async def start(cls, config: ServerConfig) -> Server:
+        metrics = Metrics()
+        started = time.perf_counter()
+        store = await SegmentStore.open(
+            StoreConfig(
+                data_dir=config.data_dir,
+                fsync=config.fsync,  # type: ignore[arg-type]
+                fsync_interval_s=config.fsync_interval_ms / 1000,
+                container_count=config.containers,
+                read_cache_bytes=config.read_cache_mb * 1024 * 1024,
+            )
+        )
+        tables = await TableStore.open(store)
+        metrics.recovery_seconds = time.perf_counter() - started
+        store.on_commit = metrics.on_commit
+        metrics.store_stats = store.stats
+        ctx = ServerContext(store, tables, metrics, tail_read_timeout=config.tail_read_timeout_s)
+        server = cls(config, ctx)
+        await server._listen()
+        return server
+
+    async def _listen(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(
+            self._new_connection, self.config.host, self.config.port, backlog=1024
+        )
+        sock = self._listener.sockets[0].getsockname()
+        self.address = (sock[0], sock[1])
+        if self.config.http_port >= 0:
+            self._metrics_server, self.metrics_port = serve_metrics(
+                self.ctx.metrics, self.config.http_host, self.config.http_port
+            )
+
+    def _new_connection(self) -> asyncio.Protocol:
+        if len(self.connections) >= self.config.max_connections:
+            log.warning("connection limit %d reached; refusing", self.config.max_connections)
+            return _Refuse()
+        return Connection(self)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def ready_line(self) -> str:
+        host, port = self.address
+        metrics = (
+            f"metrics on http://{self.config.http_host}:{self.metrics_port}/metrics"
+            if self.metrics_port is not None
+            else "metrics disabled"
+        )
+        return (
+            f"segmentstore ready: listening on {host}:{port}, {metrics}, "
+            f"fsync={self.config.fsync}, data dir {self.config.data_dir.resolve()}, "
+            f"recovery {self.ctx.metrics.recovery_seconds:.3f}s"
+        )
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopping.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        log.info("stopping: no new connections; draining %d connections", len(self.connections))
+        if self._listener is not None:
+            self._listener.close()
+        for conn in list(self.connections):
+            if conn.transport is not None and not conn.closed:
+                conn.transport.pause_reading()
+        deadline = time.monotonic() + SHUTDOWN_DRAIN_SECONDS
+        while time.monotonic() < deadline and any(c.inflight_bytes for c in self.connections):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # let the last acknowledgements be queued
+        for conn in list(self.connections):
+            conn.close()
+        for task in list(self._background):
+            await asyncio.wait([task], timeout=5)
+        await self.ctx.tables.close()
+        await self.ctx.store.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        log.info("stopped cleanly")
+
+
+class _Refuse(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+async def unsupported(ctx: ServerContext, cmd: Command) -> Reply:
+    return OperationUnsupported(getattr(cmd, "request_id", -1), type(cmd).__name__, "")
+
+
+async def run(config: ServerConfig) -> None:
+    server = await Server.start(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_stop)
+    log.info(server.ready_line())
+    await server.wait_stopped()
