@@ -51,9 +51,8 @@ from .rawclient import RawClient
 if TYPE_CHECKING:
     from conftest import ServerProcess  # tests/conftest.py
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "protocol" / "vectors"
-if not VECTORS.is_dir():
-    VECTORS = Path("/work/shared/protocol/vectors")
+# The traces are kept in the repo (tests/protocol/vectors) so a bare clone can run them.
+VECTORS = Path(__file__).resolve().parents[1] / "protocol" / "vectors"
 
 T = "sc/_tables/wire"
 F = "sc/_tables/wirefixed"

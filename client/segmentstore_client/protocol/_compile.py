@@ -22,7 +22,8 @@ Field kinds
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Container
 from typing import Any
 
 from . import _fields
@@ -84,17 +85,22 @@ def compile_command(
     )
 
 
-def _runs(kinds: list[str]) -> list[tuple[str, list[int]]]:
-    """Group consecutive mandatory fixed-size fields; every other field is its own run."""
+def _runs(kinds: list[str], fixed: Container[str] = _FIXED) -> list[tuple[str, list[int]]]:
+    """Group consecutive kinds in ``fixed`` into "fixed" runs; every other field is its
+    own run. The encoder counts optional fixed-size fields as fixed (it writes every
+    field); the decoder does not (their presence depends on the bytes left)."""
     runs: list[tuple[str, list[int]]] = []
     for i, k in enumerate(kinds):
-        if k in _FIXED and runs and runs[-1][0] == "fixed":
+        if k in fixed and runs and runs[-1][0] == "fixed":
             runs[-1][1].append(i)
-        elif k in _FIXED:
+        elif k in fixed:
             runs.append(("fixed", [i]))
         else:
             runs.append((k, [i]))
     return runs
+
+
+_WRITE_FIXED = {**_FIXED, **{k: fmt for k, (fmt, _) in _OPTIONAL_FIXED.items()}}
 
 
 def _value_expr(kind: str, name: str) -> str:
@@ -108,12 +114,15 @@ def _gen_encoder(cls: type, kinds: list[str], names: list[str], ns: dict[str, An
     var_lens: list[str] = []
     head_struct: str | None = None
     head_args: list[str] = []
-    optional_parts: list[str] = []
-    for ri, (kind, idxs) in enumerate(_runs(kinds)):
+    optional_lens: list[str] = []  # byte length of each optional field, in wire order
+    for ri, (kind, idxs) in enumerate(_runs(kinds, _WRITE_FIXED)):
         if kind == "fixed":
-            fmt = ">" + "".join(_FIXED[kinds[i]] for i in idxs)
+            fmt = ">" + "".join(_WRITE_FIXED[kinds[i]] for i in idxs)
             args = [_value_expr(kinds[i], names[i]) for i in idxs]
             const += struct.calcsize(fmt)
+            for i in idxs:
+                if kinds[i] in _OPTIONAL_FIXED:
+                    optional_lens.append(str(struct.calcsize(">" + _WRITE_FIXED[kinds[i]])))
             if ri == 0:
                 head_struct = f"S{ri}"
                 ns[head_struct] = struct.Struct(">ii" + fmt[1:])
@@ -123,13 +132,7 @@ def _gen_encoder(cls: type, kinds: list[str], names: list[str], ns: dict[str, An
                 parts.append(f"S{ri}.pack({', '.join(args)})")
             continue
         name = names[idxs[0]]
-        if kind in _OPTIONAL_FIXED:
-            fmt = _OPTIONAL_FIXED[kind][0]
-            ns[f"S{ri}"] = struct.Struct(">" + fmt)
-            parts.append(f"S{ri}.pack(c.{name})")
-            optional_parts.append(parts[-1])
-            const += struct.calcsize(">" + fmt)
-        elif kind == "bytes":
+        if kind == "bytes":
             lines.append(f"    d{ri} = c.{name}")
             parts.append(f"I32.pack(len(d{ri}))")
             parts.append(f"d{ri}")
@@ -145,19 +148,19 @@ def _gen_encoder(cls: type, kinds: list[str], names: list[str], ns: dict[str, An
             parts.append(f"x{ri}")
             var_lens.append(f"len(x{ri})")
             if kind.endswith("?"):
-                optional_parts.append(parts[-1])
+                optional_lens.append(f"len(x{ri})")
     length = " + ".join([str(const), *var_lens])
     if head_struct is not None:
         head = f"{head_struct}.pack(T, {length}, {', '.join(head_args)})"
     else:
         head = f"HDR.pack(T, {length})"
     full = f"b''.join(({head}, {', '.join(parts)}))" if parts else head
-    if optional_parts:
+    if optional_lens:
         # A decoded frame that lacked trailing optional fields is re-encoded without them.
         lines.append("    om = c.wire_omitted")
         lines.append("    if om:")
-        lines.append(f"        opt = ({', '.join(optional_parts)},)")
-        lines.append(f"        return F.drop_tail({full}, sum(map(len, opt[len(opt) - om :])))")
+        lines.append(f"        opt = ({', '.join(optional_lens)},)")
+        lines.append(f"        return F.drop_tail({full}, sum(opt[len(opt) - om :]))")
     lines.append(f"    return {full}")
     encoder: Encoder = _exec(cls, "encode", lines, ns)
     return encoder
@@ -204,10 +207,24 @@ def _gen_decoder(
             lines.append("    p = end")
         else:
             lines.append(f"    v{i}, p = F.read_{kind}(mv, p, view)")
-    args = [f"v{i}" for i in range(len(kinds))]
-    if tracks_omitted:
-        args.append("wire_omitted=om")
-    lines.append(f"    return cls({', '.join(args)})")
+    fields = [*names, "wire_omitted"] if tracks_omitted else list(names)
+    values = [f"v{i}" for i in range(len(kinds))] + (["om"] if tracks_omitted else [])
+    slots = [getattr(cls, f, None) for f in fields]
+    if hasattr(cls, "__post_init__") or not all(
+        isinstance(d, types.MemberDescriptorType) for d in slots
+    ):
+        args = values[: len(kinds)] + (["wire_omitted=om"] if tracks_omitted else [])
+        lines.append(f"    return cls({', '.join(args)})")
+    else:
+        # Fill the slots directly: a frozen dataclass's __init__ goes through
+        # object.__setattr__ once per field and costs twice as much. The values are
+        # complete and typed by the spec, so __init__ has nothing else to do.
+        ns["NEW"] = object.__new__
+        lines.append("    o = NEW(cls)")
+        for k, (d, v) in enumerate(zip(slots, values, strict=True)):
+            ns[f"SET{k}"] = d.__set__  # type: ignore[union-attr]
+            lines.append(f"    SET{k}(o, {v})")
+        lines.append("    return o")
     decoder: Decoder = _exec(cls, "decode", lines, ns)
     return decoder
 

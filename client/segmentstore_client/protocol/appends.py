@@ -61,6 +61,8 @@ class AppendAssembler:
 
     def setup(self, writer_id: uuid.UUID, segment: str) -> None:
         """Record a SetupAppend: the writer now writes to ``segment``; its floor resets."""
+        if self._pending is not None:
+            raise RemoteProtocolError("SetupAppend between AppendBlock and its AppendBlockEnd")
         self._segments[writer_id] = segment
         self._floors[writer_id] = 0
 

@@ -5,8 +5,10 @@ a byte stream and returns whole commands. It checks each frame header (known typ
 0 <= length <= the maximum) *before* buffering the body, as h2's frame buffer does. A
 frame whose body is large and incomplete moves into a buffer of its own, so its byte
 fields come out as zero-copy views of that buffer: decoding a 1 MiB SegmentRead costs the
-one copy out of the socket's chunks and nothing more. Small frames are decoded straight
-from the shared buffer, which is trimmed once per ``feed`` and not once per frame.
+one copy out of the socket's chunks and nothing more (pieces fed as immutable ``bytes``,
+as asyncio delivers them, are kept as views until the frame is complete and joined once).
+Small frames are decoded in place from the bytes fed; only the start of an incomplete
+frame is copied into a buffer, which is trimmed once per ``feed`` and not once per frame.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def encode(command: Command) -> bytes:
         return ENCODERS[type(command)](command)
     except KeyError:
         raise LocalProtocolError(f"{type(command).__name__} is not a wire command") from None
-    except (struct.error, AttributeError, TypeError, OverflowError) as e:
+    except (struct.error, AttributeError, TypeError, OverflowError, ValueError) as e:
         raise LocalProtocolError(f"cannot encode {command!r}: {e}") from e
 
 
@@ -62,7 +64,16 @@ class FrameDecoder:
     the same error again on every later ``feed``: the connection must be closed.
     """
 
-    __slots__ = ("_big", "_big_fill", "_big_threshold", "_big_type", "_buf", "_error", "_max")
+    __slots__ = (
+        "_big",
+        "_big_fill",
+        "_big_len",
+        "_big_threshold",
+        "_big_type",
+        "_buf",
+        "_error",
+        "_max",
+    )
 
     def __init__(
         self, max_payload: int = MAX_PAYLOAD_FROM_SERVER, big_frame_threshold: int = 64 * 1024
@@ -70,15 +81,19 @@ class FrameDecoder:
         self._max = max_payload
         self._big_threshold = big_frame_threshold
         self._buf = bytearray()
-        self._big: bytearray | None = None
+        # The body of a big frame in progress, as pieces: views of immutable ``bytes``
+        # the caller fed (kept, not copied) and bytearrays of copied mutable input.
+        self._big: list[Buffer] | None = None
         self._big_type = 0
+        self._big_len = 0
         self._big_fill = 0
         self._error: MalformedCommand | FrameTooLarge | UnknownCommandType | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as commands."""
-        return len(self._buf) + self._big_fill
+        big_header = 8 if self._big is not None else 0
+        return len(self._buf) + big_header + self._big_fill
 
     def feed(self, data: Buffer) -> list[Command]:
         if self._error is not None:
@@ -89,13 +104,19 @@ class FrameDecoder:
             if not data:
                 return out
         buf = self._buf
-        buf += data
-        n = len(buf)
+        own = bool(buf)
+        if own:  # an incomplete frame is waiting: append to it
+            buf += data
+            mv = memoryview(buf)
+        else:  # parse in place; only an incomplete tail gets copied
+            mv = memoryview(data)
+            if mv.format != "B":
+                mv = mv.cast("B")
+        n = len(mv)
         pos = 0
-        mv = memoryview(buf)
         try:
             while n - pos >= 8:
-                type_code, length = HEADER.unpack_from(buf, pos)
+                type_code, length = HEADER.unpack_from(mv, pos)
                 dec = DECODERS.get(type_code)
                 if dec is None:
                     raise UnknownCommandType(f"unknown wire command type {type_code}")
@@ -109,6 +130,8 @@ class FrameDecoder:
                     break
                 out.append(dec(mv[pos + 8 : end], False))
                 pos = end
+            if not own and pos < n:
+                buf += mv[pos:]
         except (MalformedCommand, FrameTooLarge, UnknownCommandType) as e:
             self._error = e
             raise
@@ -117,25 +140,43 @@ class FrameDecoder:
             raise self._error from e
         finally:
             mv.release()
-        if pos:
+        if own and pos:
             del buf[:pos]
         return out
 
     def _start_big(self, type_code: int, length: int, have: memoryview) -> None:
-        body = bytearray(length)
-        body[: len(have)] = have
-        self._big, self._big_type, self._big_fill = body, type_code, len(have)
+        self._big, self._big_type, self._big_len, self._big_fill = [], type_code, length, 0
+        self._add_piece(have)
 
-    def _fill_big(self, data: Buffer, out: list[Command]) -> memoryview:
-        body = self._big
-        assert body is not None
+    def _add_piece(self, piece: memoryview) -> None:
+        parts = self._big
+        assert parts is not None
+        self._big_fill += len(piece)
+        if not piece:
+            return
+        if type(piece.obj) is bytes:  # immutable: keep the view, copy once at the end
+            parts.append(piece)
+            return
+        last = parts[-1] if parts else None
+        if isinstance(last, bytearray):
+            last += piece
+        else:
+            parts.append(bytearray(piece))
+
+    def _fill_big(self, data: Buffer, out: list[Command]) -> Buffer:
         src = memoryview(data)
-        take = min(len(body) - self._big_fill, len(src))
-        body[self._big_fill : self._big_fill + take] = src[:take]
-        self._big_fill += take
-        if self._big_fill < len(body):
-            return src[:0]
+        if src.format != "B":
+            src = src.cast("B")
+        take = min(self._big_len - self._big_fill, len(src))
+        self._add_piece(src if take == len(src) else src[:take])
+        if self._big_fill < self._big_len:
+            return b""
+        parts = self._big
+        assert parts is not None
         self._big, self._big_fill = None, 0
+        # One copy joins the pieces into the frame's own buffer (none for a single piece
+        # of immutable bytes); byte fields are then views of it.
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
         try:
             out.append(DECODERS[self._big_type](memoryview(body), True))
         except MalformedCommand as e:
