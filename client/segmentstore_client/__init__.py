@@ -1,3 +1,107 @@
-"""segmentstore_client: the Python SDK for segmentstore (and Pravega's wire protocol)."""
+"""segmentstore_client: the Python SDK for segmentstore (and Pravega's wire protocol).
+
+Async first::
+
+    import segmentstore_client
+
+    async with segmentstore_client.connect("tcp://127.0.0.1:12345") as client:
+        await client.create_segment("orders/0", exist_ok=True)
+        async with client.writer("orders/0") as writer:
+            await writer.write(b"hello")
+        async for event in client.reader("orders/0"):
+            print(event.offset, event.data)
+
+and blocking, for scripts, notebooks and Spark executors: ``segmentstore_client.sync``.
+"""
+
+from . import errors, records
+from .admin import EVENT_COUNT_ATTRIBUTE, SegmentInfo, TableInfo
+from .client import Client, connect
+from .connection import ConnectionOptions, Endpoint
+from .errors import (
+    AttributeConflict,
+    AuthenticationFailed,
+    ClientClosed,
+    CodecUnavailable,
+    ConditionalCheckFailed,
+    ConnectFailed,
+    ConnectionLost,
+    CorruptData,
+    CorruptRecord,
+    EventTooLarge,
+    IncompatibleServer,
+    InvalidArgument,
+    NoSuchSegment,
+    OperationUnsupported,
+    SegmentAlreadyExists,
+    SegmentSealed,
+    SegmentStoreError,
+    SegmentTruncated,
+    ServerError,
+    TableConditionFailed,
+    TableKeyBadVersion,
+    TableKeyDoesNotExist,
+    TableNotEmpty,
+    Timeout,
+    TokenExpired,
+    WriterClosed,
+    WriterFenced,
+    WrongHost,
+)
+from .position import Position
+from .reader import Event, EventReader
+from .table import MUST_NOT_EXIST, Table, TableChanges, TableEntry, TableKeyVersion
+from .writer import Ack, EventWriter, writer_uuid
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "EVENT_COUNT_ATTRIBUTE",
+    "MUST_NOT_EXIST",
+    "Ack",
+    "AttributeConflict",
+    "AuthenticationFailed",
+    "Client",
+    "ClientClosed",
+    "CodecUnavailable",
+    "ConditionalCheckFailed",
+    "ConnectFailed",
+    "ConnectionLost",
+    "ConnectionOptions",
+    "CorruptData",
+    "CorruptRecord",
+    "Endpoint",
+    "Event",
+    "EventReader",
+    "EventTooLarge",
+    "EventWriter",
+    "IncompatibleServer",
+    "InvalidArgument",
+    "NoSuchSegment",
+    "OperationUnsupported",
+    "Position",
+    "SegmentAlreadyExists",
+    "SegmentInfo",
+    "SegmentSealed",
+    "SegmentStoreError",
+    "SegmentTruncated",
+    "ServerError",
+    "Table",
+    "TableChanges",
+    "TableConditionFailed",
+    "TableEntry",
+    "TableInfo",
+    "TableKeyBadVersion",
+    "TableKeyDoesNotExist",
+    "TableKeyVersion",
+    "TableNotEmpty",
+    "Timeout",
+    "TokenExpired",
+    "WriterClosed",
+    "WriterFenced",
+    "WrongHost",
+    "connect",
+    "errors",
+    "records",
+    "writer_uuid",
+]

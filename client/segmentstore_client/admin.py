@@ -1,0 +1,397 @@
+"""Administration requests: segments, attributes and tables (create, inspect, change).
+
+Contract: every method is one request/reply exchange over a pooled connection. Requests
+that can be repeated without changing the outcome (info, attribute reads, seal, truncate,
+merge, and creates/deletes that tolerate "already so") are retried across reconnects;
+the others raise :class:`ConnectionLost` (retriable) and leave the decision to the caller,
+because the request may have been applied before the connection broke.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from .connection import Backoff, ConnectionOptions, ConnectionPool, Endpoint, next_request_id
+from .errors import (
+    AttributeConflict,
+    ConnectFailed,
+    ConnectionLost,
+    NoSuchSegment,
+    SegmentAlreadyExists,
+    SegmentSealed,
+    Timeout,
+    error_from_reply,
+)
+from .protocol import (
+    NULL_ATTRIBUTE_VALUE,
+    Command,
+    ConditionalAttributeUpdate,
+    CreateSegment,
+    CreateTableSegment,
+    DeleteSegment,
+    DeleteTableSegment,
+    GetSegmentAttribute,
+    GetStreamSegmentInfo,
+    GetTableSegmentInfo,
+    MergeSegments,
+    SealSegment,
+    SegmentAttribute,
+    SegmentAttributeUpdated,
+    SegmentCreated,
+    SegmentDeleted,
+    SegmentsMerged,
+    SegmentTruncated,
+    StreamSegmentInfo,
+    TableSegmentInfo,
+    TruncateSegment,
+    UpdateSegmentAttribute,
+)
+from .protocol import (
+    SegmentSealed as SegmentSealedReply,
+)
+from .writer import writer_uuid
+
+EVENT_COUNT_ATTRIBUTE: Final = uuid.UUID("80000000-0000-0000-0000-000000000001")
+"""Core attribute: number of events appended to a segment (merges included)."""
+
+AttributeId = uuid.UUID | str
+
+
+def attribute_uuid(attribute_id: AttributeId) -> uuid.UUID:
+    """An attribute id as a UUID (UUID strings are parsed, other strings hashed).
+
+    Example: ``attribute_uuid("owner") == attribute_uuid("owner")``
+    """
+    return writer_uuid(attribute_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    """What the server knows about a segment (``client.segment_info(name)``).
+
+    ``length`` is the offset of the next appended byte (truncation does not reduce it);
+    ``start_offset`` the first readable offset; ``last_modified`` ms since the epoch.
+    """
+
+    name: str
+    length: int
+    start_offset: int
+    sealed: bool
+    last_modified: int
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """What the server knows about a table (``client.table_info(name)``)."""
+
+    name: str
+    length: int
+    start_offset: int
+    entry_count: int
+    key_length: int
+
+
+class AdminClient:
+    """Connections and administration requests; :class:`Client` builds on it."""
+
+    def __init__(self, endpoint: str | Endpoint, options: ConnectionOptions) -> None:
+        self.endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint.parse(endpoint)
+        self.options = options
+        self._pool = ConnectionPool(self.endpoint, options)
+
+    async def _call(
+        self, make: Callable[[int], Command], *, retry: bool, timeout: float | None = None
+    ) -> Command:
+        """One request/reply exchange; ``retry`` repeats it across reconnects."""
+        backoff: Backoff | None = None
+        while True:
+            rid = next_request_id()
+            try:
+                conn = await self._pool.acquire()
+                return await conn.call(make(rid), rid, timeout)
+            except ConnectFailed:
+                raise  # the pool already retried for the whole reconnect timeout
+            except (ConnectionLost, Timeout) as e:
+                if not retry:
+                    raise
+                backoff = backoff or Backoff(self.options)
+                await backoff.wait(e)
+
+    # -- segments --------------------------------------------------------------------
+
+    async def create_segment(
+        self,
+        segment: str,
+        *,
+        exist_ok: bool = False,
+        scale_type: int = 0,
+        target_rate: int = 0,
+        rollover_size: int = 0,
+    ) -> bool:
+        """Create an empty segment; returns False if it existed and ``exist_ok``.
+
+        Raises :class:`SegmentAlreadyExists` otherwise. Example::
+
+            await client.create_segment("orders/0", exist_ok=True)
+        """
+        token = self.options.delegation_token
+        reply = await self._call(
+            lambda rid: CreateSegment(rid, segment, target_rate, scale_type, token, rollover_size),
+            retry=exist_ok,
+        )
+        if isinstance(reply, SegmentCreated):
+            return True
+        error = error_from_reply(reply)
+        if exist_ok and isinstance(error, SegmentAlreadyExists):
+            return False
+        raise error
+
+    async def segment_info(self, segment: str) -> SegmentInfo:
+        """Length, start offset, sealed flag and modification time of a segment.
+
+        Raises :class:`NoSuchSegment`. Example::
+
+            info = await client.segment_info("orders/0")
+            print(info.length, info.sealed)
+        """
+        token = self.options.delegation_token
+        reply = await self._call(lambda rid: GetStreamSegmentInfo(rid, segment, token), retry=True)
+        if isinstance(reply, StreamSegmentInfo):
+            if not reply.exists or reply.is_deleted:
+                raise NoSuchSegment(f"segment {segment!r} does not exist", segment, reply)
+            return SegmentInfo(
+                reply.segment_name,
+                reply.write_offset,
+                reply.start_offset,
+                reply.is_sealed,
+                reply.last_modified,
+            )
+        raise error_from_reply(reply)
+
+    async def seal(self, segment: str) -> None:
+        """Seal a segment: no more appends; readers stop at its end. Sealing a sealed
+        segment is not an error.
+
+        Example::
+
+            await client.seal("orders/0")
+        """
+        token = self.options.delegation_token
+        reply = await self._call(lambda rid: SealSegment(rid, segment, token), retry=True)
+        if isinstance(reply, SegmentSealedReply):
+            return
+        error = error_from_reply(reply)
+        if isinstance(error, SegmentSealed):
+            return
+        raise error
+
+    async def truncate(self, segment: str, offset: int) -> None:
+        """Drop the data before ``offset`` (an event boundary); readers starting earlier
+        get :class:`SegmentTruncated`. Raises SegmentTruncated if ``offset`` lies outside
+        start offset .. length.
+
+        Example::
+
+            await client.truncate("orders/0", reader.position.offset)
+        """
+        token = self.options.delegation_token
+        reply = await self._call(
+            lambda rid: TruncateSegment(rid, segment, offset, token), retry=True
+        )
+        if isinstance(reply, SegmentTruncated):
+            return
+        raise error_from_reply(reply)
+
+    async def delete(self, segment: str, *, missing_ok: bool = False) -> bool:
+        """Delete a segment; returns False if it was missing and ``missing_ok``.
+
+        Example::
+
+            await client.delete("scratch/0", missing_ok=True)
+        """
+        token = self.options.delegation_token
+        reply = await self._call(lambda rid: DeleteSegment(rid, segment, token), retry=missing_ok)
+        if isinstance(reply, SegmentDeleted):
+            return True
+        error = error_from_reply(reply)
+        if missing_ok and isinstance(error, NoSuchSegment):
+            return False
+        raise error
+
+    async def merge(self, target: str, source: str) -> int:
+        """Append all of ``source`` to ``target`` atomically and delete ``source``
+        (how transactions commit). Returns the target's new length (-1 if the server
+        did not say). Errors name the source segment.
+
+        Example::
+
+            length = await client.merge("orders/0", "orders/0#txn.1")
+        """
+        token = self.options.delegation_token
+        reply = await self._call(lambda rid: MergeSegments(rid, target, source, token), retry=True)
+        if isinstance(reply, SegmentsMerged):
+            return reply.new_target_write_offset
+        raise error_from_reply(reply)
+
+    # -- attributes ------------------------------------------------------------------
+
+    async def get_attribute(self, segment: str, attribute_id: AttributeId) -> int | None:
+        """The value of a segment attribute, or None if it is not set.
+
+        Example::
+
+            count = await client.get_attribute("orders/0", EVENT_COUNT_ATTRIBUTE)
+        """
+        token = self.options.delegation_token
+        aid = attribute_uuid(attribute_id)
+        reply = await self._call(
+            lambda rid: GetSegmentAttribute(rid, segment, aid, token), retry=True
+        )
+        if isinstance(reply, SegmentAttribute):
+            return None if reply.value == NULL_ATTRIBUTE_VALUE else reply.value
+        raise error_from_reply(reply)
+
+    async def compare_and_set_attribute(
+        self,
+        segment: str,
+        attribute_id: AttributeId,
+        new_value: int | None,
+        expected: int | None,
+    ) -> bool:
+        """Set an attribute to ``new_value`` (None removes it) if it currently equals
+        ``expected`` (None: it must be unset). Returns False when the comparison failed.
+
+        Not retried across reconnects (a retry after success would report False); on
+        :class:`ConnectionLost` read the attribute to learn the outcome. Example::
+
+            ok = await client.compare_and_set_attribute("s", "owner", 2, expected=1)
+        """
+        token = self.options.delegation_token
+        aid = attribute_uuid(attribute_id)
+        new = NULL_ATTRIBUTE_VALUE if new_value is None else new_value
+        old = NULL_ATTRIBUTE_VALUE if expected is None else expected
+        reply = await self._call(
+            lambda rid: UpdateSegmentAttribute(rid, segment, aid, new, old, token), retry=False
+        )
+        if isinstance(reply, SegmentAttributeUpdated):
+            return reply.success
+        raise error_from_reply(reply)
+
+    async def last_event_number(self, segment: str, writer_id: str | uuid.UUID) -> int | None:
+        """The last event number the segment durably holds from a writer (None: none).
+
+        Example::
+
+            done = await client.last_event_number("orders/0", "spark-task-3")
+        """
+        return await self.get_attribute(segment, writer_uuid(writer_id))
+
+    async def event_count(self, segment: str) -> int:
+        """How many events were appended to a segment (merged ones included).
+
+        Example::
+
+            n = await client.event_count("orders/0")
+        """
+        return await self.get_attribute(segment, EVENT_COUNT_ATTRIBUTE) or 0
+
+    async def merge_with_attribute(
+        self,
+        target: str,
+        source: str,
+        attribute_id: AttributeId,
+        new_value: int,
+        expected: int | None,
+    ) -> int:
+        """Merge ``source`` into ``target`` and, atomically with it, compare-and-set an
+        attribute of the target; raises :class:`AttributeConflict` if the comparison
+        failed (nothing merged). Returns the target's new length.
+
+        Example::
+
+            await client.merge_with_attribute("out/0", "out/0#txn.7", "commit", 7, 6)
+        """
+        token = self.options.delegation_token
+        update = ConditionalAttributeUpdate(
+            attribute_uuid(attribute_id),
+            4,
+            new_value,
+            NULL_ATTRIBUTE_VALUE if expected is None else expected,
+        )
+        reply = await self._call(
+            lambda rid: MergeSegments(rid, target, source, token, (update,)), retry=False
+        )
+        if isinstance(reply, SegmentsMerged):
+            return reply.new_target_write_offset
+        if isinstance(reply, SegmentAttributeUpdated) and not reply.success:
+            raise AttributeConflict(
+                f"merge of {source!r} into {target!r}: attribute comparison failed",
+                target,
+                reply,
+            )
+        raise error_from_reply(reply)
+
+    # -- tables ----------------------------------------------------------------------
+
+    async def create_table(self, name: str, *, key_length: int = 0, exist_ok: bool = False) -> bool:
+        """Create a table (a key-value table segment); ``key_length`` > 0 fixes the key
+        size and allows key-range iteration. Returns False if it existed and ``exist_ok``.
+
+        Example::
+
+            await client.create_table("app/_tables/settings", exist_ok=True)
+        """
+        token = self.options.delegation_token
+        reply = await self._call(
+            lambda rid: CreateTableSegment(rid, name, token, False, key_length),
+            retry=exist_ok,
+        )
+        if isinstance(reply, SegmentCreated):
+            return True
+        error = error_from_reply(reply)
+        if exist_ok and isinstance(error, SegmentAlreadyExists):
+            return False
+        raise error
+
+    async def delete_table(
+        self, name: str, *, must_be_empty: bool = False, missing_ok: bool = False
+    ) -> bool:
+        """Delete a table; returns False if it was missing and ``missing_ok``.
+        ``must_be_empty`` raises :class:`TableNotEmpty` if keys remain.
+
+        Example::
+
+            await client.delete_table("app/_tables/settings", missing_ok=True)
+        """
+        token = self.options.delegation_token
+        reply = await self._call(
+            lambda rid: DeleteTableSegment(rid, name, must_be_empty, token), retry=missing_ok
+        )
+        if isinstance(reply, SegmentDeleted):
+            return True
+        error = error_from_reply(reply)
+        if missing_ok and isinstance(error, NoSuchSegment):
+            return False
+        raise error
+
+    async def table_info(self, name: str) -> TableInfo:
+        """Size and entry count of a table.
+
+        Example::
+
+            print((await client.table_info("app/_tables/settings")).entry_count)
+        """
+        token = self.options.delegation_token
+        reply = await self._call(lambda rid: GetTableSegmentInfo(rid, name, token), retry=True)
+        if isinstance(reply, TableSegmentInfo):
+            return TableInfo(
+                reply.segment_name,
+                reply.length,
+                reply.start_offset,
+                reply.entry_count,
+                reply.key_length,
+            )
+        raise error_from_reply(reply)

@@ -1,0 +1,186 @@
+"""The asyncio client: ``segmentstore_client.connect(...)``.
+
+Contract: a :class:`Client` owns a small pool of connections to one segment store and
+hands out writers, readers and tables that share it. Closing the client closes the
+writers it made (flushing them first) and the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Generator
+from typing import Any
+
+from .admin import AdminClient
+from .connection import ConnectionOptions, Endpoint
+from .errors import ClientClosed
+from .position import Position
+from .reader import EventReader
+from .table import Table
+from .writer import EventWriter
+
+log = logging.getLogger("segmentstore_client")
+
+
+class Client(AdminClient):
+    """An asyncio client of one segment store; make one with :func:`connect`.
+
+    Example::
+
+        async with segmentstore_client.connect("tcp://127.0.0.1:12345") as client:
+            await client.create_segment("orders/0", exist_ok=True)
+            async with client.writer("orders/0") as w:
+                await w.write(b"hello")
+            async for event in client.reader("orders/0"):
+                print(event.data)
+    """
+
+    def __init__(self, endpoint: str | Endpoint, options: ConnectionOptions) -> None:
+        super().__init__(endpoint, options)
+        self._writers: set[EventWriter] = set()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<Client {self.endpoint}{' closed' if self._closed else ''}>"
+
+    async def open(self) -> Client:
+        """Open the first connection now (``async with`` and ``await`` call this), so that
+        an unreachable server is reported here rather than at first use.
+
+        Example::
+
+            client = await segmentstore_client.connect("tcp://127.0.0.1:12345").open()
+        """
+        await self._pool.acquire()
+        return self
+
+    def __await__(self) -> Generator[Any, None, Client]:
+        return self.open().__await__()
+
+    async def __aenter__(self) -> Client:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Flush and close every writer made by this client, then close the connections.
+
+        Example::
+
+            await client.close()
+        """
+        if self._closed:
+            return
+        self._closed = True
+        writers = list(self._writers)
+        results = await asyncio.gather(*(w.close() for w in writers), return_exceptions=True)
+        for w, r in zip(writers, results, strict=True):
+            if isinstance(r, BaseException):
+                log.warning("closing %r failed: %s", w, r)
+        await self._pool.close()
+
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = None,
+        *,
+        first_event_number: int | None = None,
+        block_size: int = 1024 * 1024,
+        linger: float = 0.002,
+        max_buffered_bytes: int = 32 * 1024 * 1024,
+    ) -> EventWriter:
+        """An :class:`EventWriter` for ``segment`` (it connects on first use).
+
+        ``writer_id`` (UUID or any string) identifies the writer across reconnects and
+        process restarts; None makes a fresh random id. Events are numbered 1, 2, ...
+        after the last number the server holds for that id, or from
+        ``first_event_number`` when given: a writer that replays the same events with the
+        same numbers after a crash writes each exactly once. ``block_size`` and
+        ``linger`` control batching; ``max_buffered_bytes`` bounds the bytes held.
+
+        Example::
+
+            async with client.writer("orders/0", writer_id="loader-1") as w:
+                await w.write_many(payloads)
+        """
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        w = EventWriter(
+            self,
+            segment,
+            writer_id,
+            first_event_number=first_event_number,
+            block_size=block_size,
+            linger=linger,
+            max_buffered_bytes=max_buffered_bytes,
+        )
+        self._writers.add(w)
+        return w
+
+    def _forget_writer(self, writer: EventWriter) -> None:
+        self._writers.discard(writer)
+
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = 0,
+        *,
+        follow: bool = False,
+        read_size: int = 1024 * 1024,
+    ) -> EventReader:
+        """An :class:`EventReader` over ``segment`` from ``offset`` (an event boundary or
+        a saved :class:`Position`).
+
+        ``follow=False`` stops at the segment's current end; ``follow=True`` waits for
+        new events at the tail (until the segment is sealed). Example::
+
+            async for event in client.reader("orders/0", follow=True):
+                print(event.data)
+        """
+        return EventReader(self, segment, offset, follow=follow, read_size=read_size)
+
+    def table(self, name: str) -> Table:
+        """A handle on the table ``name`` (no request is sent until it is used).
+
+        Example::
+
+            table = client.table("app/_tables/settings")
+            await table.put("k", "v")
+        """
+        return Table(self, name)
+
+
+def connect(
+    endpoint: str = "tcp://127.0.0.1:12345",
+    *,
+    connect_timeout: float = 10.0,
+    request_timeout: float = 30.0,
+    reconnect_timeout: float = 60.0,
+    keepalive_interval: float = 10.0,
+    pool_size: int = 2,
+    delegation_token: str = "",
+    options: ConnectionOptions | None = None,
+) -> Client:
+    """A client of the segment store at ``endpoint`` (``tcp://host:port``).
+
+    Use it as ``async with connect(...) as client`` or ``client = await connect(...)``;
+    the first connection opens then. ``reconnect_timeout`` bounds how long writers,
+    readers and idempotent requests keep reconnecting before they raise
+    :class:`ConnectionLost`. Example::
+
+        async with segmentstore_client.connect("tcp://127.0.0.1:12345") as client:
+            print(await client.segment_info("orders/0"))
+    """
+    if options is None:
+        options = ConnectionOptions(
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            reconnect_timeout=reconnect_timeout,
+            keepalive_interval=keepalive_interval,
+            pool_size=pool_size,
+            delegation_token=delegation_token,
+        )
+    return Client(endpoint, options)

@@ -1,0 +1,580 @@
+"""Connections to a segment store: Hello negotiation, request-id correlation, KeepAlive,
+timeouts, and a small pool that reconnects with exponential backoff.
+
+Contract: a :class:`Connection` is one TCP connection speaking Pravega's wire protocol
+through the sans-IO codec. Replies are matched to requests by request id (one-shot
+waiters), to writer sessions by request id (persistent routes: append errors carry the
+SetupAppend's id) and to writers by writer id (DataAppended and friends). When the
+connection breaks, every waiter fails with :class:`ConnectionLost` and every route and
+writer is told once, so writers and readers can reconnect through the pool. Nothing here
+retries on its own except :meth:`ConnectionPool.acquire`, which keeps reconnecting (with
+backoff and jitter) until its deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import urlsplit
+
+from .errors import (
+    ClientClosed,
+    ConnectFailed,
+    ConnectionLost,
+    IncompatibleServer,
+    RemoteProtocolError,
+    Timeout,
+)
+from .protocol import (
+    OLDEST_COMPATIBLE_VERSION,
+    WIRE_VERSION,
+    Command,
+    ConditionalCheckFailed,
+    DataAppended,
+    FrameDecoder,
+    Hello,
+    InvalidEventNumber,
+    KeepAlive,
+    encode,
+)
+
+log = logging.getLogger("segmentstore_client")
+
+DEFAULT_PORT: Final = 12345
+_KEEPALIVE_FRAME: Final = encode(KeepAlive())
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a segment store listens. ``Endpoint.parse("tcp://127.0.0.1:12345")``."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, uri: str) -> Endpoint:
+        """Parse ``tcp://host:port`` (the scheme and the port are optional).
+
+        Example::
+
+            Endpoint.parse("tcp://10.0.0.5:12345")  # Endpoint(host='10.0.0.5', port=12345)
+        """
+        text = uri.strip()
+        if "://" not in text:
+            text = "tcp://" + text
+        parts = urlsplit(text)
+        if parts.scheme not in ("tcp", "pravega"):
+            raise ValueError(f"unsupported endpoint scheme {parts.scheme!r} in {uri!r}")
+        if not parts.hostname:
+            raise ValueError(f"no host in endpoint {uri!r}")
+        return cls(parts.hostname, parts.port or DEFAULT_PORT)
+
+    def __str__(self) -> str:
+        return f"tcp://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """Timeouts and limits shared by every connection of a client (all in seconds)."""
+
+    connect_timeout: float = 10.0
+    """One attempt to open a TCP connection and exchange Hello."""
+    request_timeout: float = 30.0
+    """How long a request waits for its reply (tail reads excepted: they wait for data)."""
+    reconnect_timeout: float = 60.0
+    """How long writers, readers and idempotent requests keep reconnecting before giving up."""
+    backoff_initial: float = 0.02
+    backoff_max: float = 2.0
+    keepalive_interval: float = 10.0
+    """Send a KeepAlive after this long without traffic; two silent intervals kill the
+    connection (a half-open TCP connection otherwise hangs a tail reader forever)."""
+    pool_size: int = 2
+    delegation_token: str = ""
+
+
+_request_ids = itertools.count(1)
+
+
+def next_request_id() -> int:
+    """A fresh request id, unique within this process (so unique on every connection).
+
+    Example: ``rid = next_request_id()``
+    """
+    return next(_request_ids)
+
+
+Route = Callable[[Command], None]
+
+
+class Connection(asyncio.Protocol):
+    """One multiplexed TCP connection to a segment store (the asyncio Protocol layer).
+
+    Obtain connections from a :class:`ConnectionPool`; use :func:`open_connection` for a
+    connection of your own.
+    """
+
+    def __init__(self, endpoint: Endpoint, options: ConnectionOptions) -> None:
+        self.endpoint = endpoint
+        self.options = options
+        self.loop = asyncio.get_running_loop()
+        self.negotiated_version = 0
+        self._transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder()
+        self._waiters: dict[int, asyncio.Future[Command]] = {}
+        self._routes: dict[int, Route] = {}
+        self._writers: dict[uuid.UUID, Route] = {}
+        self._close_listeners: list[Callable[[ConnectionLost], None]] = []
+        self._hello: asyncio.Future[Hello] = self.loop.create_future()
+        self._closed_fut: asyncio.Future[None] = self.loop.create_future()
+        self._error: ConnectionLost | None = None
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._rx_count = 0
+        self._rx_seen = 0
+        self._ka_pending = False
+        self._ka_handle: asyncio.TimerHandle | None = None
+
+    # -- state -----------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """True until the connection broke or was closed. Example: ``if conn.is_open: ...``"""
+        return self._error is None and self._transport is not None
+
+    @property
+    def error(self) -> ConnectionLost | None:
+        """Why the connection closed (None while it is open). Example: ``raise conn.error``"""
+        return self._error
+
+    def __repr__(self) -> str:
+        state = "open" if self.is_open else "closed"
+        return f"<Connection {self.endpoint} {state} waiters={len(self._waiters)}>"
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        interval = self.options.keepalive_interval
+        if interval > 0:
+            self._ka_handle = self.loop.call_later(interval, self._keepalive_tick)
+
+    def data_received(self, data: bytes) -> None:
+        self._rx_count += 1
+        try:
+            commands = self._decoder.feed(data)
+        except RemoteProtocolError as e:
+            self._fail(ConnectionLost(f"{self.endpoint} sent an invalid frame: {e}"))
+            return
+        dispatch = self._dispatch
+        for cmd in commands:
+            dispatch(cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is None:
+            self._fail(ConnectionLost(f"{self.endpoint} closed the connection"))
+        else:
+            self._fail(ConnectionLost(f"connection to {self.endpoint} lost: {exc}"))
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    # -- dispatch --------------------------------------------------------------------
+
+    def _dispatch(self, cmd: Command) -> None:
+        t = type(cmd)
+        if t is DataAppended or t is ConditionalCheckFailed or t is InvalidEventNumber:
+            route = self._writers.get(cmd.writer_id)  # type: ignore[attr-defined]
+            if route is not None:
+                route(cmd)
+                return
+        rid = getattr(cmd, "request_id", None)
+        if rid is None:
+            if t is Hello and not self._hello.done():
+                self._hello.set_result(cmd)  # type: ignore[arg-type]
+            # KeepAlive: the receive counter already noted the traffic.
+            return
+        fut = self._waiters.pop(rid, None)
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(cmd)
+            return
+        route = self._routes.get(rid)
+        if route is not None:
+            route(cmd)
+            return
+        log.debug("%s: dropping unrouted reply %r", self.endpoint, cmd)
+
+    # -- sending ---------------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Queue raw frame bytes (already encoded) for sending.
+
+        Example: ``conn.write(encode(KeepAlive()))``
+        """
+        if self._error is not None:
+            raise self._error
+        assert self._transport is not None
+        self._transport.write(data)
+
+    def writelines(self, chunks: list[bytes]) -> None:
+        """Queue several pre-encoded frames with one call.
+
+        Example: ``conn.writelines([frame1, frame2])``
+        """
+        if self._error is not None:
+            raise self._error
+        assert self._transport is not None
+        self._transport.writelines(chunks)
+
+    def send(self, command: Command) -> None:
+        """Encode and queue one command; no reply is awaited.
+
+        Example: ``conn.send(KeepAlive())``
+        """
+        self.write(encode(command))
+
+    async def drain(self) -> None:
+        """Wait until the socket's send buffer is below its high-water mark.
+
+        Example: ``conn.write(big_frame); await conn.drain()``
+        """
+        if self._error is not None:
+            raise self._error
+        if self._write_paused:
+            fut = self.loop.create_future()
+            self._drain_waiters.append(fut)
+            await fut
+            if self._error is not None:
+                raise self._error
+
+    async def call(
+        self, command: Command, request_id: int, timeout: float | None = None
+    ) -> Command:
+        """Send ``command`` and wait for the reply carrying ``request_id``.
+
+        ``timeout`` defaults to the options' request timeout; ``0`` means wait forever
+        (tail reads: the keepalive detects a dead connection instead). Example::
+
+            rid = next_request_id()
+            reply = await conn.call(GetStreamSegmentInfo(rid, "sc/st/0", ""), rid)
+        """
+        if self._error is not None:
+            raise self._error
+        fut: asyncio.Future[Command] = self.loop.create_future()
+        self._waiters[request_id] = fut
+        if timeout is None:
+            timeout = self.options.request_timeout
+        handle = (
+            self.loop.call_later(timeout, self._expire, request_id, fut, command)
+            if timeout > 0
+            else None
+        )
+        try:
+            self.write(encode(command))
+            return await fut
+        finally:
+            if handle is not None:
+                handle.cancel()
+            if self._waiters.get(request_id) is fut:
+                del self._waiters[request_id]
+
+    def _expire(self, request_id: int, fut: asyncio.Future[Command], command: Command) -> None:
+        if not fut.done():
+            fut.set_exception(
+                Timeout(
+                    f"no reply to {type(command).__name__} (request {request_id}) from "
+                    f"{self.endpoint} within {self.options.request_timeout:g}s"
+                )
+            )
+
+    # -- routes ----------------------------------------------------------------------
+
+    def add_route(self, request_id: int, route: Route) -> None:
+        """Send every reply carrying ``request_id`` (that no waiter takes) to ``route``."""
+        self._routes[request_id] = route
+
+    def remove_route(self, request_id: int) -> None:
+        """Stop routing replies carrying ``request_id``. Example: ``conn.remove_route(rid)``"""
+        self._routes.pop(request_id, None)
+
+    def add_writer(self, writer_id: uuid.UUID, route: Route) -> None:
+        """Send DataAppended / ConditionalCheckFailed / InvalidEventNumber of a writer to
+        ``route``."""
+        self._writers[writer_id] = route
+
+    def remove_writer(self, writer_id: uuid.UUID, route: Route | None = None) -> None:
+        """Stop routing a writer's replies (only if still routed to ``route``, if given).
+
+        Example: ``conn.remove_writer(writer_id)``
+        """
+        if route is None or self._writers.get(writer_id) is route:
+            self._writers.pop(writer_id, None)
+
+    def on_close(self, listener: Callable[[ConnectionLost], None]) -> None:
+        """Call ``listener(error)`` once when the connection breaks or is closed."""
+        if self._error is not None:
+            self.loop.call_soon(listener, self._error)
+        else:
+            self._close_listeners.append(listener)
+
+    def remove_close_listener(self, listener: Callable[[ConnectionLost], None]) -> None:
+        """Forget a listener added with :meth:`on_close`. Example: ``conn.remove_close_listener(f)``"""
+        with contextlib.suppress(ValueError):
+            self._close_listeners.remove(listener)
+
+    # -- hello, keepalive, close -----------------------------------------------------
+
+    async def handshake(self, timeout: float) -> None:
+        """Send Hello and check the server's; raises :class:`IncompatibleServer`.
+
+        Example: ``await conn.handshake(10.0)`` (``open_connection`` does it)
+        """
+        self.send(Hello(WIRE_VERSION, OLDEST_COMPATIBLE_VERSION))
+        try:
+            hello = await asyncio.wait_for(asyncio.shield(self._hello), timeout)
+        except TimeoutError:
+            self.close()
+            raise ConnectFailed(
+                f"{self.endpoint} did not answer Hello within {timeout:g}s"
+            ) from None
+        except ConnectionLost as e:
+            raise ConnectFailed(f"{self.endpoint} closed the connection during Hello: {e}") from e
+        if hello.low_version > WIRE_VERSION or hello.high_version < OLDEST_COMPATIBLE_VERSION:
+            self.close()
+            raise IncompatibleServer(
+                f"{self.endpoint} speaks wire versions {hello.low_version}..{hello.high_version}; "
+                f"this client speaks {OLDEST_COMPATIBLE_VERSION}..{WIRE_VERSION}"
+            )
+        self.negotiated_version = min(WIRE_VERSION, hello.high_version)
+
+    def _keepalive_tick(self) -> None:
+        if self._error is not None:
+            return
+        if self._rx_count == self._rx_seen:
+            if self._ka_pending:
+                self._fail(
+                    ConnectionLost(
+                        f"{self.endpoint} did not answer a KeepAlive within "
+                        f"{self.options.keepalive_interval:g}s; the connection is dead"
+                    )
+                )
+                return
+            self._ka_pending = True
+            self.write(_KEEPALIVE_FRAME)
+        else:
+            self._ka_pending = False
+        self._rx_seen = self._rx_count
+        self._ka_handle = self.loop.call_later(
+            self.options.keepalive_interval, self._keepalive_tick
+        )
+
+    def close(self, reason: str = "closed by the client") -> None:
+        """Close the connection now; outstanding requests fail with ConnectionLost.
+
+        Example: ``conn.close(); await conn.wait_closed()``
+        """
+        self._fail(ConnectionLost(f"connection to {self.endpoint} {reason}"))
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is closed. Example: ``await conn.wait_closed()``"""
+        await asyncio.shield(self._closed_fut)
+
+    def _fail(self, error: ConnectionLost) -> None:
+        if self._error is not None:
+            return
+        self._error = error
+        if self._ka_handle is not None:
+            self._ka_handle.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+        if not self._hello.done():
+            self._hello.set_exception(error)
+            self._hello.exception()
+        waiters, self._waiters = self._waiters, {}
+        for fut in waiters.values():
+            if not fut.done():
+                fut.set_exception(error)
+        drains, self._drain_waiters = self._drain_waiters, []
+        for d in drains:
+            if not d.done():
+                d.set_result(None)
+        listeners, self._close_listeners = self._close_listeners, []
+        self._routes.clear()
+        self._writers.clear()
+        for listener in listeners:
+            try:
+                listener(error)
+            except Exception:  # a listener's bug must not stop the others
+                log.exception("connection close listener failed")
+        if not self._closed_fut.done():
+            self._closed_fut.set_result(None)
+
+
+async def open_connection(
+    endpoint: Endpoint, options: ConnectionOptions | None = None
+) -> Connection:
+    """Open one connection and exchange Hello (one attempt, no retry).
+
+    Example::
+
+        conn = await open_connection(Endpoint.parse("tcp://127.0.0.1:12345"))
+    """
+    options = options or ConnectionOptions()
+    loop = asyncio.get_running_loop()
+    try:
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: Connection(endpoint, options), endpoint.host, endpoint.port
+            ),
+            options.connect_timeout,
+        )
+    except TimeoutError:
+        raise ConnectFailed(
+            f"could not connect to {endpoint} within {options.connect_timeout:g}s"
+        ) from None
+    except OSError as e:
+        raise ConnectFailed(f"could not connect to {endpoint}: {e}") from e
+    await conn.handshake(options.connect_timeout)
+    return conn
+
+
+class Backoff:
+    """Exponential backoff with full jitter, bounded by a deadline.
+
+    Example::
+
+        backoff = Backoff(options)
+        while True:
+            try: return await attempt()
+            except ConnectionLost: await backoff.wait()   # raises when the deadline passes
+    """
+
+    def __init__(self, options: ConnectionOptions, timeout: float | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._delay = options.backoff_initial
+        self._max = options.backoff_max
+        limit = options.reconnect_timeout if timeout is None else timeout
+        self.deadline = self._loop.time() + limit
+        self.attempts = 0
+
+    def expired(self) -> bool:
+        """True once the deadline has passed. Example: ``if backoff.expired(): raise err``"""
+        return self._loop.time() >= self.deadline
+
+    async def wait(self, error: BaseException | None = None) -> None:
+        """Sleep before the next attempt; re-raise ``error`` once the deadline is past."""
+        self.attempts += 1
+        remaining = self.deadline - self._loop.time()
+        if remaining <= 0:
+            if error is not None:
+                raise error
+            raise ConnectionLost("gave up reconnecting")
+        delay = min(self._delay * (0.5 + random.random() / 2), remaining)
+        self._delay = min(self._delay * 2, self._max)
+        await asyncio.sleep(delay)
+
+
+class ConnectionPool:
+    """A few connections to one endpoint, handed out round-robin, reopened on demand.
+
+    Example::
+
+        pool = ConnectionPool(Endpoint.parse("tcp://127.0.0.1:12345"), ConnectionOptions())
+        conn = await pool.acquire()
+    """
+
+    def __init__(self, endpoint: Endpoint, options: ConnectionOptions) -> None:
+        if options.pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
+        self.endpoint = endpoint
+        self.options = options
+        self._slots: list[Connection | None] = [None] * options.pool_size
+        self._locks = [asyncio.Lock() for _ in range(options.pool_size)]
+        self._next = 0
+        self._closed = False
+        self._refills: set[asyncio.Task[None]] = set()
+
+    async def acquire(self, timeout: float | None = None) -> Connection:
+        """An open connection, reconnecting with backoff until ``timeout`` (default: the
+        options' reconnect timeout) has passed; then raises :class:`ConnectFailed`."""
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        slots = self._slots
+        i = self._next
+        self._next = (i + 1) % len(slots)
+        conn = slots[i]
+        if conn is not None and conn.is_open:
+            return conn
+        if conn is not None:
+            # This slot broke: serve from a healthy one now and reopen it meanwhile.
+            for other in slots:
+                if other is not None and other.is_open:
+                    if not self._locks[i].locked():
+                        task = asyncio.get_running_loop().create_task(self._refill(i))
+                        self._refills.add(task)
+                    return other
+        async with self._locks[i]:
+            conn = self._slots[i]
+            if conn is not None and conn.is_open:
+                return conn
+            conn = await self._connect(timeout)
+            if self._closed:
+                conn.close()
+                raise ClientClosed("the client is closed")
+            self._slots[i] = conn
+            return conn
+
+    async def _refill(self, i: int) -> None:
+        try:
+            async with self._locks[i]:
+                conn = self._slots[i]
+                if conn is None or not conn.is_open:
+                    conn = await self._connect(None)
+                    if self._closed:
+                        conn.close()
+                    else:
+                        self._slots[i] = conn
+        except Exception as e:  # the next acquire of this slot tries again
+            log.info("reopening a connection to %s failed: %s", self.endpoint, e)
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._refills.discard(task)
+
+    async def _connect(self, timeout: float | None) -> Connection:
+        backoff = Backoff(self.options, timeout)
+        while True:
+            try:
+                return await open_connection(self.endpoint, self.options)
+            except ConnectFailed as e:
+                log.info("connect to %s failed (%s); retrying", self.endpoint, e)
+                await backoff.wait(e)
+
+    async def close(self) -> None:
+        """Close every connection; later acquires raise :class:`ClientClosed`.
+
+        Example: ``await pool.close()``
+        """
+        self._closed = True
+        for task in list(self._refills):
+            task.cancel()
+        conns = [c for c in self._slots if c is not None]
+        self._slots = [None] * len(self._slots)
+        for c in conns:
+            c.close()
+        for c in conns:
+            await c.wait_closed()

@@ -1,0 +1,135 @@
+"""SDK pieces that need no server: endpoints, writer ids, block framing, event parsing
+across arbitrary read boundaries, positions, error mapping."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+import segmentstore_client as sc
+from segmentstore_client import errors, protocol
+from segmentstore_client.connection import ConnectionOptions, Endpoint
+from segmentstore_client.protocol import block_end, encode, frame_events
+from segmentstore_client.reader import EventReader
+from segmentstore_client.writer import EventWriter, writer_uuid
+
+
+def _offline_client() -> sc.Client:
+    return sc.Client("tcp://127.0.0.1:1", ConnectionOptions())
+
+
+def test_endpoint_parsing() -> None:
+    assert Endpoint.parse("tcp://10.0.0.5:12346") == Endpoint("10.0.0.5", 12346)
+    assert Endpoint.parse("localhost:7") == Endpoint("localhost", 7)
+    assert Endpoint.parse("tcp://h") == Endpoint("h", 12345)
+    assert str(Endpoint("h", 1)) == "tcp://h:1"
+    with pytest.raises(ValueError):
+        Endpoint.parse("http://h:1")
+    with pytest.raises(ValueError):
+        Endpoint.parse("tcp://:5")
+
+
+def test_writer_ids() -> None:
+    u = uuid.uuid4()
+    assert writer_uuid(u) is u
+    assert writer_uuid(str(u)) == u
+    assert writer_uuid("spark/q1/p3") == writer_uuid("spark/q1/p3") != writer_uuid("spark/q1/p4")
+    assert writer_uuid(None) != writer_uuid(None)
+
+
+def test_block_frame_matches_the_codec() -> None:
+    w = EventWriter(_offline_client(), "sc/st/0", "w1")
+    payloads = [b"hello", b"world!", b"", b"x" * 1000]
+    size = sum(map(len, payloads)) + 8 * len(payloads)
+    frame = w._frame(payloads, size, len(payloads), 41)
+    records = frame_events(payloads)
+    assert frame == encode(block_end(w.writer_id, records, len(payloads), 41, w._rid))
+    decoded = protocol.decode(frame)
+    assert isinstance(decoded, protocol.AppendBlockEnd)
+    assert bytes(decoded.data) == records and decoded.last_event_number == 41
+
+
+def test_writer_argument_checks() -> None:
+    c = _offline_client()
+    with pytest.raises(ValueError):
+        EventWriter(c, "s", block_size=10)
+    with pytest.raises(ValueError):
+        EventWriter(c, "s", block_size=1 << 20, max_buffered_bytes=1 << 20)
+    with pytest.raises(ValueError):
+        EventWriter(c, "s", first_event_number=-1)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_reader_parses_records_cut_anywhere(seed: int) -> None:
+    rng = random.Random(seed)
+    payloads = [rng.randbytes(rng.choice([0, 1, 7, 8, 9, 100, 5000])) for _ in range(60)]
+    data = frame_events(payloads)
+    start = 1000  # segment offset of the first record
+    reader = EventReader(_offline_client(), "s", start)
+    pos = 0
+    while pos < len(data):
+        step = rng.choice([1, 2, 3, 8, 13, 100, 4096, 20000])
+        reader._parse(data[pos : pos + step])
+        pos += step
+    events = list(reader._events)
+    assert [e.data for e in events] == payloads
+    offset = start
+    for e in events:
+        assert e.offset == offset
+        offset = e.next_offset
+    assert not reader._parts
+
+
+def test_reader_rejects_non_event_data() -> None:
+    reader = EventReader(_offline_client(), "s", 0)
+    with pytest.raises(sc.CorruptData, match="raw bytes"):
+        reader._parse(b"\x00\x00\x00\x07\x00\x00\x00\x01x")
+    assert not sc.CorruptData("x").retriable
+
+
+def test_position_json() -> None:
+    p = sc.Position("sc/st/0.#epoch.0", 4096)
+    assert sc.Position.from_json(p.to_json()) == p
+    assert p.to_json() == '{"v":1,"segment":"sc/st/0.#epoch.0","offset":4096}'
+    for bad in ("[]", '{"v":2,"segment":"s","offset":1}', '{"v":1,"segment":"s","offset":-1}', "{"):
+        with pytest.raises(ValueError):
+            sc.Position.from_json(bad)
+    with pytest.raises(ValueError, match="not 'b'"):
+        EventReader(_offline_client(), "b", sc.Position("a", 0))
+
+
+def test_error_replies_map_to_named_exceptions() -> None:
+    seg = "sc/st/0"
+    w = uuid.uuid4()
+    cases: list[tuple[object, type[errors.SegmentStoreError], bool]] = [
+        (protocol.NoSuchSegment(1, seg, "", -1), sc.NoSuchSegment, False),
+        (protocol.SegmentAlreadyExists(1, seg), sc.SegmentAlreadyExists, False),
+        (protocol.SegmentIsSealed(1, seg, "", 5), sc.SegmentSealed, False),
+        (protocol.SegmentIsTruncated(1, seg, 100, "", 50), sc.SegmentTruncated, False),
+        (protocol.WrongHost(1, seg), sc.WrongHost, True),
+        (protocol.AuthTokenCheckFailed(1, "", 1), sc.TokenExpired, True),
+        (protocol.AuthTokenCheckFailed(1, "", 0), sc.AuthenticationFailed, False),
+        (protocol.OperationUnsupported(1, "op"), sc.OperationUnsupported, False),
+        (protocol.ErrorMessage(1, seg, "bad", 0), sc.InvalidArgument, False),
+        (protocol.ConditionalCheckFailed(w, 3, 1), sc.ConditionalCheckFailed, False),
+        (protocol.InvalidEventNumber(w, 1, "", 3), sc.WriterFenced, False),
+        (protocol.TableKeyDoesNotExist(1, seg, ""), sc.TableKeyDoesNotExist, False),
+        (protocol.TableKeyBadVersion(1, seg, ""), sc.TableKeyBadVersion, False),
+        (protocol.TableSegmentNotEmpty(1, seg, ""), sc.TableNotEmpty, False),
+        (protocol.SegmentCreated(1, seg), errors.UnexpectedReply, False),
+    ]
+    for reply, kind, retriable in cases:
+        err = errors.error_from_reply(reply)
+        assert type(err) is kind, (reply, err)
+        assert err.retriable is retriable, err
+        assert isinstance(err, sc.SegmentStoreError)
+    truncated = errors.error_from_reply(protocol.SegmentIsTruncated(1, seg, 100, "", 50))
+    assert isinstance(truncated, sc.SegmentTruncated) and truncated.start_offset == 100
+    sealed = errors.error_from_reply(protocol.SegmentIsSealed(1, seg, "", 5))
+    assert isinstance(sealed, sc.SegmentSealed) and sealed.event_number == 5
+    assert sc.ConnectionLost("x").retriable and sc.Timeout("x").retriable
+    assert isinstance(sc.Timeout("x"), TimeoutError)
+    assert sc.ConnectFailed("x").retriable
+    assert not sc.IncompatibleServer("x").retriable
+    assert isinstance(sc.EventTooLarge("x"), ValueError)
