@@ -17,11 +17,13 @@ closes the connection without a reply; every reply echoes its request id.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import time
 import uuid
-from collections.abc import Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from segmentstore_client.errors import RemoteProtocolError
@@ -34,6 +36,7 @@ from segmentstore_client.protocol import (
     AppendBlock,
     AppendBlockEnd,
     AppendSetup,
+    Buffer,
     Command,
     ConditionalAppend,
     ConditionalBlockEnd,
@@ -56,6 +59,7 @@ from segmentstore_client.protocol import (
     SegmentRead,
     SetupAppend,
     encode,
+    segment_read_parts,
 )
 
 from ..storage import (
@@ -79,19 +83,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("segmentstore.server")
 
 MAX_READ_BYTES = 2 * 1024 * 1024
+# Below this a read's data is joined into its frame; above, it goes out as its own piece.
+_ZERO_COPY_READ_BYTES = 16 * 1024
 _APPEND_DATA = (AppendBlock, AppendBlockEnd, ConditionalAppend, ConditionalBlockEnd, Padding)
 
 
 class WriterState:
-    """One writer's append session on this connection (reference 7.6)."""
+    """One writer's append session on this connection (reference 7.6).
 
-    __slots__ = ("failed", "last_acked", "last_stored", "segment")
+    ``queue`` holds the writer's submitted appends in order. Outcomes are handled only from
+    its head, so acknowledgements and the error that ends the session leave in submission
+    order even though the store fails a doomed append (e.g. on a sealed segment) at once,
+    while earlier ones are still on their way to disk.
+    """
+
+    __slots__ = ("drain", "failed", "last_acked", "last_stored", "queue", "segment")
 
     def __init__(self, segment: str, last: int) -> None:
         self.segment = segment
         self.last_stored = last  # highest event number submitted to the store
         self.last_acked = last  # highest event number acknowledged
-        self.failed = False
+        self.failed = False  # an error ended the session; later outcomes are dropped
+        self.queue: deque[tuple[asyncio.Future[AppendResult], Append, float]] = deque()
+        self.drain: Callable[[object], None] = _noop
+
+
+def _noop(_: object) -> None:
+    return None
 
 
 class Connection(asyncio.Protocol):
@@ -109,7 +127,10 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.closed = False
         self._loop = asyncio.get_running_loop()
-        self._out: list[bytes] = []
+        self._out: list[Buffer] = []
+        self._out_bytes = 0
+        self._out_limit = server.config.connection_write_buffer_bytes
+        self._backlog: deque[Command] = deque()
         self._flush_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._inflight_bytes = 0
@@ -145,14 +166,30 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as e:
             self.protocol_error(str(e))
             return
-        for command in commands:
-            if self.closed:
-                return
+        if self._backlog:
+            self._backlog.extend(commands)
+        else:
+            self._backlog = deque(commands)
+        self._process()
+
+    def _process(self) -> None:
+        """Dispatch decoded commands while the output side keeps up.
+
+        Pausing the socket does not stop commands already decoded from one large read, and
+        each read may answer with 2 MiB: so commands wait here while queued output is above
+        the high-water mark, and resume when the transport drains (``resume_writing``) or
+        when our own queue is flushed.
+        """
+        backlog = self._backlog
+        while backlog and not self.closed:
+            if self._paused_writes or self._out_bytes > self._out_limit:
+                break
             try:
-                self.dispatch(command)
+                self.dispatch(backlog.popleft())
             except RemoteProtocolError as e:
                 self.protocol_error(str(e))
                 return
+        self._update_reading()
 
     def pause_writing(self) -> None:
         self._paused_writes = True
@@ -160,17 +197,21 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused_writes = False
-        self._update_reading()
+        self._process()
 
     def eof_received(self) -> bool | None:
         return None
 
     # --- output -------------------------------------------------------------------------
 
-    def send(self, frame: bytes) -> None:
+    def send(self, *parts: Buffer) -> None:
+        """Queue a frame (or the pieces of one) for the next write of this loop turn."""
         if self.closed:
             return
-        self._out.append(frame)
+        out = self._out
+        for part in parts:
+            out.append(part)
+            self._out_bytes += len(part)
         if not self._flush_pending:
             self._flush_pending = True
             self._loop.call_soon(self._flush)
@@ -183,8 +224,12 @@ class Connection(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_pending = False
         out, self._out = self._out, []
+        self._out_bytes = 0
         if out and not self.closed and self.transport is not None:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            # writelines hands uvloop the pieces for one writev, without joining them.
+            self.transport.writelines(out)
+        if self._backlog:
+            self._process()
 
     def close(self) -> None:
         """Close after flushing what is queued."""
@@ -280,7 +325,8 @@ class Connection(asyncio.Protocol):
             # Only the table layer writes a table segment's entry log.
             self.reply(OperationUnsupported(command.request_id, "appending to a table segment", ""))
             return
-        self.writers[writer] = WriterState(segment, last)
+        state = self.writers[writer] = WriterState(segment, last)
+        state.drain = functools.partial(self._drain, state)
         self.send(encode(AppendSetup(command.request_id, segment, writer, last)))
 
     def on_append(self, append: Append) -> None:
@@ -289,7 +335,6 @@ class Connection(asyncio.Protocol):
             raise RemoteProtocolError(f"data for writer {append.writer_id} with no append session")
         if append.event_number > state.last_stored:
             state.last_stored = append.event_number
-        size = len(append.data)
         future = self.store.append(
             append.segment,
             append.data,
@@ -298,42 +343,42 @@ class Connection(asyncio.Protocol):
             event_count=append.event_count,
             expected_offset=append.expected_offset,
         )
-        self._inflight_bytes += size
+        self._inflight_bytes += len(append.data)
         if self._inflight_bytes > self._inflight_limit and not self._paused_appends:
             self._paused_appends = True
             self._update_reading()
-        started = time.perf_counter()
-        future.add_done_callback(lambda f: self.appended(f, state, append, size, started))
+        state.queue.append((future, append, time.perf_counter()))
+        future.add_done_callback(state.drain)
 
-    def appended(
-        self,
-        future: asyncio.Future[AppendResult],
-        state: WriterState,
-        append: Append,
-        size: int,
-        started: float,
-    ) -> None:
-        self._inflight_bytes -= size
+    def _drain(self, state: WriterState, _: object = None) -> None:
+        """Handle the writer's finished appends from the head of its queue, in order."""
+        queue = state.queue
+        while queue and queue[0][0].done():
+            future, append, started = queue.popleft()
+            self._inflight_bytes -= len(append.data)
+            if not future.cancelled():
+                exc = future.exception()
+                if exc is None:
+                    self.appended(state, append, future.result(), started)
+                else:
+                    self.append_failed(state, append, exc)
         if self._paused_appends and self._inflight_bytes <= self._inflight_limit // 2:
             self._paused_appends = False
-            self._update_reading()
-        if future.cancelled():
-            return
-        exc = future.exception()
-        if exc is not None:
-            self.append_failed(state, append, exc)
-            return
-        result = future.result()
+            self._process()
+
+    def appended(
+        self, state: WriterState, append: Append, result: AppendResult, started: float
+    ) -> None:
         m = self.metrics
         if result.duplicate:
             m.duplicate_appends += 1
         else:
             m.appends += 1
             m.events += append.event_count
-            m.append_bytes += size
+            m.append_bytes += len(append.data)
         m.append_latency.observe(time.perf_counter() - started)
         number = append.event_number
-        if number > state.last_acked:
+        if number > state.last_acked and not state.failed:
             previous, state.last_acked = state.last_acked, number
             self.send(
                 encode(
@@ -345,13 +390,13 @@ class Connection(asyncio.Protocol):
 
     def append_failed(self, state: WriterState, append: Append, exc: BaseException) -> None:
         writer, rid, number = append.writer_id, append.request_id, append.event_number
+        if state.failed:
+            return  # only the earliest failure of a session is reported
         if isinstance(exc, BadOffset):
             # The writer stays set up; later appends are judged on what is durable.
             self.metrics.errors["ConditionalCheckFailed"] += 1
             self.send(encode(ConditionalCheckFailed(writer, number, rid)))
             return
-        if state.failed:
-            return  # only the earliest failure of a writer is reported
         state.failed = True
         if self.writers.get(writer) is state:
             del self.writers[writer]
@@ -374,7 +419,7 @@ class Connection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:
             return
-        if self._paused_appends or self._paused_writes:
+        if self._paused_appends or self._paused_writes or self._backlog:
             if self.transport.is_reading():
                 self.transport.pause_reading()
         elif not self.transport.is_reading():
@@ -400,20 +445,14 @@ class Connection(asyncio.Protocol):
             self.send_read(command, result)
 
     def send_read(self, command: ReadSegment, result: ReadResult) -> None:
+        data = result.data
         self.metrics.reads += 1
-        self.metrics.read_bytes += len(result.data)
-        self.send(
-            encode(
-                SegmentRead(
-                    command.segment,
-                    command.offset,
-                    result.at_tail,
-                    result.end_of_segment,
-                    result.data,
-                    command.request_id,
-                )
-            )
-        )
+        self.metrics.read_bytes += len(data)
+        args = (command.segment, command.offset, result.at_tail, result.end_of_segment, data)
+        if len(data) >= _ZERO_COPY_READ_BYTES:
+            self.send(*segment_read_parts(*args, command.request_id))
+        else:
+            self.send(encode(SegmentRead(*args, command.request_id)))
 
     async def read_segment(self, command: ReadSegment) -> None:
         segment, offset, rid = command.segment, command.offset, command.request_id

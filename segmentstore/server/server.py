@@ -18,7 +18,7 @@ from typing import Any
 from segmentstore_client.protocol import Command, OperationUnsupported, Reply
 
 from ..config import ServerConfig
-from ..storage import SegmentStore, StoreConfig
+from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StoreConfig
 from ..tables import TableStore
 from .connection import Connection
 from .context import HandlerTable, ServerContext
@@ -58,6 +58,7 @@ class Server:
             )
         )
         tables = await TableStore.open(store)
+        await _drop_orphaned_transients(store)
         metrics.recovery_seconds = time.perf_counter() - started
         store.on_commit = metrics.on_commit
         metrics.store_stats = store.stats
@@ -129,6 +130,20 @@ class Server:
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
         log.info("stopped cleanly")
+
+
+async def _drop_orphaned_transients(store: SegmentStore) -> None:
+    """Transient segments live only as long as the connection that made it; after a crash
+    no connection owns them any more, so they go at startup."""
+    orphans = [
+        name
+        for name in store.segment_names()
+        if store.info(name).segment_type & SEGMENT_TYPE_TRANSIENT
+    ]
+    for name in orphans:
+        await store.delete(name)
+    if orphans:
+        log.info("deleted %d transient segments left over from before the restart", len(orphans))
 
 
 class _Refuse(asyncio.Protocol):

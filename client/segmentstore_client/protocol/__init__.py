@@ -15,6 +15,7 @@ from .codec import (
     FrameDecoder,
     decode,
     encode,
+    segment_read_parts,
 )
 from .commands import (
     COMMAND_TYPES,
@@ -118,6 +119,7 @@ __all__ = [  # noqa: RUF022
     "OLDEST_COMPATIBLE_VERSION",
     "WIRE_VERSION",
     "FrameDecoder",
+    "segment_read_parts",
     "decode",
     "encode",
     "COMMAND_TYPES",

@@ -18,7 +18,7 @@ from typing import Final
 
 from ..errors import FrameTooLarge, LocalProtocolError, MalformedCommand, UnknownCommandType
 from .commands import DECODERS, ENCODERS, Command
-from .primitives import HEADER, Buffer
+from .primitives import HEADER, Buffer, encode_str
 
 MAX_WIRECOMMAND_SIZE: Final = 0x00FFFFFF
 MAX_PAYLOAD_TO_SERVER: Final = MAX_WIRECOMMAND_SIZE - 8
@@ -186,3 +186,26 @@ class FrameDecoder:
             self._error = MalformedCommand(f"malformed payload: {e}")
             raise self._error from e
         return src[take:]
+
+
+_SEGMENT_READ_MID: Final = struct.Struct(">q??i")
+_I64: Final = struct.Struct(">q")
+
+
+def segment_read_parts(
+    segment: str, offset: int, at_tail: bool, end_of_segment: bool, data: Buffer, request_id: int
+) -> tuple[bytes, Buffer, bytes]:
+    """A SegmentRead frame as (head, data, tail) so that ``data`` is never copied.
+
+    ``b"".join(parts)`` equals ``encode(SegmentRead(...))``; a server hands the three pieces
+    to ``transport.writelines`` and the read's data goes to the socket straight from the
+    read cache.
+    """
+    name = encode_str(segment)
+    n = len(data)
+    head = (
+        HEADER.pack(10, len(name) + 22 + n)
+        + name
+        + _SEGMENT_READ_MID.pack(offset, at_tail, end_of_segment, n)
+    )
+    return head, data, _I64.pack(request_id)
