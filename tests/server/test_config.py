@@ -1,0 +1,119 @@
+"""Settings from flags, SEGMENTSTORE_* environment variables and a TOML file, in that order of
+precedence; a bad value stops the server with exit code 2 and a one-line reason."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .wire import WireClient
+
+if TYPE_CHECKING:
+    from conftest import ServerFactory, ServerProcess  # tests/conftest.py
+
+FSYNC = re.compile(r"fsync=(\w+)")
+
+
+def ready_fsync(server: ServerProcess) -> str:
+    line = next(ln for ln in server.log if "segmentstore ready" in ln)
+    m = FSYNC.search(line)
+    assert m, line
+    return m.group(1)
+
+
+def write_toml(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "flag", "want"),
+    [
+        (None, {"SEGMENTSTORE_FSYNC": "never"}, None, "never"),
+        ('fsync = "interval"\n', {}, None, "interval"),
+        ('[segmentstore]\nfsync = "never"\n', {}, None, "never"),
+        ('fsync = "interval"\n', {"SEGMENTSTORE_FSYNC": "never"}, None, "never"),
+        ('fsync = "interval"\n', {"SEGMENTSTORE_FSYNC": "never"}, "always", "always"),
+        (None, {"SEGMENTSTORE_FSYNC": "interval"}, "never", "never"),
+        (None, {}, None, "always"),  # the safe default
+    ],
+)
+async def test_fsync_precedence(
+    server_factory: ServerFactory,
+    tmp_path: Path,
+    toml: str | None,
+    env: dict[str, str],
+    flag: str | None,
+    want: str,
+) -> None:
+    args: list[str] = []
+    if toml is not None:
+        args += ["--config", str(write_toml(tmp_path / "ss.toml", toml))]
+    if flag is not None:
+        args += ["--fsync", flag]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SEGMENTSTORE_")}
+    assert clean.keys() == os.environ.keys(), "the test environment sets SEGMENTSTORE_*"
+    server = server_factory(extra_args=args, env=env)
+    server.start()
+    assert ready_fsync(server) == want
+    async with await WireClient.connect(server.host, server.port) as c:
+        await c.keepalive()
+
+
+async def test_config_file_named_by_environment(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    toml = write_toml(tmp_path / "env.toml", 'fsync = "never"\ntail_read_timeout_s = 0.5\n')
+    server = server_factory(env={"SEGMENTSTORE_CONFIG": str(toml)})
+    server.start()
+    assert ready_fsync(server) == "never"
+
+
+def run_serve(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SEGMENTSTORE_")}
+    cmd = [sys.executable, "-m", "segmentstore", "serve", "--port", "0", "--http-port", "0"]
+    cmd += ["--data-dir", str(tmp_path / "data"), *args]
+    return subprocess.run(cmd, env={**base, **env}, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "toml", "message"),
+    [
+        (
+            [],
+            {"SEGMENTSTORE_FSYNC": "sometimes"},
+            None,
+            "fsync must be one of always, interval, never",
+        ),
+        ([], {}, 'fsync = "bogus"\n', "fsync must be one of"),
+        ([], {}, "no_such_setting = 1\n", "unknown setting"),
+        ([], {}, "fsync = \n", "cannot read config file"),
+        (
+            [],
+            {"SEGMENTSTORE_PORT": "abc"},
+            None,
+            "SEGMENTSTORE_PORT: port = 'abc' is not a valid int",
+        ),
+        (["--fsync", "bogus"], {}, None, "invalid choice"),
+        (["--tail-read-timeout-s", "0"], {}, None, "tail read timeout must be positive"),
+        (["--config", "/nonexistent/ss.toml"], {}, None, "cannot read config file"),
+    ],
+)
+def test_bad_settings_exit_2_with_a_clear_message(
+    tmp_path: Path, args: list[str], env: dict[str, str], toml: str | None, message: str
+) -> None:
+    if toml is not None:
+        args = [*args, "--config", str(write_toml(tmp_path / "bad.toml", toml))]
+    proc = run_serve(tmp_path, args, env)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "ready" not in proc.stderr
