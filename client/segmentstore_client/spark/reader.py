@@ -1,0 +1,380 @@
+"""Reading segments into Spark: partition planning, event decoding, schema inference.
+
+A read is cut into :class:`SegmentRange` partitions: one per segment, or, for a segment
+larger than ``partition_bytes``, one per offset range whose ends are event boundaries
+(found by :func:`~.raw.plan_ranges`). A task reads its range with the SDK's reader and
+turns events into Arrow record batches of the query's schema:
+
+* ``output=rows``: events are records written by this integration (Arrow IPC or
+  MessagePack rows, told apart by the ``content-type`` header) and become the rows'
+  columns, matched by name (missing columns are null); ``offset_columns=true`` adds
+  ``_segment`` and ``_offset`` (the event's offset).
+* ``output=raw``: one row per event: ``segment, offset, next_offset, data``.
+* ``output=records``: one row per event holding a record envelope:
+  ``segment, offset, next_offset, key, value, headers, timestamp``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from .. import records
+from ..errors import CorruptRecord
+from ..reader import Event
+from ..sync import SyncClient
+from ..sync import connect as sync_connect
+from .codec import (
+    ARROW_CONTENT_TYPE,
+    CONTENT_TYPE_HEADER,
+    MSGPACK_CONTENT_TYPE,
+    SCHEMA_HEADER,
+    CodecError,
+    RowsToArrow,
+    conform,
+    decode_arrow,
+    decode_rows,
+    schema_from_json,
+    spark_arrow_schema,
+    spark_schema_of_arrow,
+)
+from .options import ReadOptions
+from .raw import RawSegmentReader, plan_ranges
+
+log = logging.getLogger("segmentstore_client.spark")
+
+READ_SIZE: Final = 4 * 1024 * 1024
+OFFSET_COLUMNS: Final = ("_segment", "_offset")
+
+RAW_SCHEMA: Final = StructType(
+    [
+        StructField("segment", StringType(), False),
+        StructField("offset", LongType(), False),
+        StructField("next_offset", LongType(), False),
+        StructField("data", BinaryType(), False),
+    ]
+)
+"""Schema of ``output=raw``."""
+
+RECORDS_SCHEMA: Final = StructType(
+    [
+        StructField("segment", StringType(), False),
+        StructField("offset", LongType(), False),
+        StructField("next_offset", LongType(), False),
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), False),
+        StructField("headers", MapType(StringType(), BinaryType(), False), False),
+        StructField("timestamp", TimestampType(), False),
+    ]
+)
+"""Schema of ``output=records``."""
+
+
+@dataclass
+class SegmentRange(InputPartition):  # type: ignore[misc]
+    """One read task: events of ``segment`` whose records start in ``[start, end)``.
+
+    Example::
+
+        SegmentRange("orders/0", 0, 16 << 20)
+    """
+
+    segment: str
+    start: int
+    end: int
+
+
+def with_offset_columns(schema: StructType) -> StructType:
+    """``schema`` plus the ``_segment`` and ``_offset`` columns (if not already there)."""
+    fields = [f for f in schema.fields if f.name not in OFFSET_COLUMNS]
+    return StructType(
+        [
+            *fields,
+            StructField("_segment", StringType(), False),
+            StructField("_offset", LongType(), False),
+        ]
+    )
+
+
+def connect(options: ReadOptions) -> SyncClient:
+    """A blocking SDK client for ``options.endpoint``."""
+    return sync_connect(options.endpoint)
+
+
+# --- decoding ----------------------------------------------------------------------------
+
+
+class EventDecoder:
+    """Turns a run of events of one segment into Arrow batches of the read schema.
+
+    Example::
+
+        dec = EventDecoder("rows", schema)
+        for batch in dec.decode("orders/0", events): ...
+    """
+
+    def __init__(self, output: str, schema: StructType) -> None:
+        self.output = output
+        self.schema = schema
+        self.target = spark_arrow_schema(schema)
+        # Offset columns are filled wherever the read schema has them (offset_columns=true
+        # adds them to inferred and DDL schemas); the rest is the rows' own columns.
+        names = schema.names
+        self._extra = [n for n in OFFSET_COLUMNS if n in names] if output == "rows" else []
+        self.data_schema = StructType([f for f in schema.fields if f.name not in self._extra])
+        self.data_target = spark_arrow_schema(self.data_schema)
+        self._msgpack: dict[bytes, RowsToArrow] = {}
+
+    def decode(self, segment: str, events: Sequence[Event]) -> Iterator[pa.RecordBatch]:
+        """Batches for ``events`` (consecutive events of ``segment``)."""
+        if not events:
+            return
+        if self.output == "raw":
+            yield self._raw(segment, events)
+        elif self.output == "records":
+            yield self._records(segment, events)
+        else:
+            for e in events:
+                yield from self._rows(segment, e)
+
+    def _raw(self, segment: str, events: Sequence[Event]) -> pa.RecordBatch:
+        n = len(events)
+        cols = [
+            pa.array([segment] * n, pa.string()),
+            pa.array([e.offset for e in events], pa.int64()),
+            pa.array([e.next_offset for e in events], pa.int64()),
+            pa.array([e.data for e in events], pa.binary()),
+        ]
+        raw = spark_arrow_schema(RAW_SCHEMA)
+        return conform(pa.RecordBatch.from_arrays(cols, schema=raw), self.target)
+
+    def _records(self, segment: str, events: Sequence[Event]) -> pa.RecordBatch:
+        decoded = [_decode_record(segment, e) for e in events]
+        n = len(events)
+        schema = spark_arrow_schema(RECORDS_SCHEMA)
+        cols = [
+            pa.array([segment] * n, pa.string()),
+            pa.array([e.offset for e in events], pa.int64()),
+            pa.array([e.next_offset for e in events], pa.int64()),
+            pa.array([r.key for r in decoded], pa.binary()),
+            pa.array([r.value for r in decoded], pa.binary()),
+            pa.array([list(r.headers.items()) for r in decoded], schema.field("headers").type),
+            pa.array([(r.timestamp_ns or 0) // 1000 for r in decoded], pa.int64()).cast(
+                schema.field("timestamp").type
+            ),
+        ]
+        return conform(pa.RecordBatch.from_arrays(cols, schema=schema), self.target)
+
+    def _rows(self, segment: str, event: Event) -> Iterator[pa.RecordBatch]:
+        rec = _decode_record(segment, event)
+        ctype = rec.headers.get(CONTENT_TYPE_HEADER, b"").decode("utf-8", "replace")
+        try:
+            if ctype == ARROW_CONTENT_TYPE:
+                _, batches = decode_arrow(rec.value)
+                out = [conform(b, self.data_target) for b in batches]
+            elif ctype == MSGPACK_CONTENT_TYPE:
+                out = [self._rows_builder(rec.headers.get(SCHEMA_HEADER))(decode_rows(rec.value))]
+            else:
+                raise CodecError(
+                    f"content-type {ctype!r} is not rows written by the Spark integration "
+                    "(read it with .option('output', 'records') or 'raw')"
+                )
+        except CodecError as e:
+            raise CodecError(f"segment {segment!r}, event at offset {event.offset}: {e}") from e
+        for b in out:
+            if self._extra:
+                b = self._with_offsets(b, segment, event.offset)
+            yield b
+
+    def _with_offsets(self, b: pa.RecordBatch, segment: str, offset: int) -> pa.RecordBatch:
+        n = b.num_rows
+        cols = []
+        data = iter(b.columns)
+        for f in self.target:
+            if f.name == "_segment" and "_segment" in self._extra:
+                cols.append(pa.array([segment] * n, f.type))
+            elif f.name == "_offset" and "_offset" in self._extra:
+                cols.append(pa.array([offset] * n, f.type))
+            else:
+                cols.append(next(data))
+        return pa.RecordBatch.from_arrays(cols, schema=self.target)
+
+    def _rows_builder(self, schema_header: bytes | None) -> RowsToArrow:
+        key = schema_header or b""
+        build = self._msgpack.get(key)
+        if build is None:
+            names = schema_from_json(key.decode()).names if key else None
+            build = self._msgpack[key] = RowsToArrow(self.data_schema, names)
+        return build
+
+
+def _decode_record(segment: str, event: Event) -> records.Record:
+    try:
+        return records.decode(event.data)
+    except CorruptRecord as e:
+        raise CorruptRecord(
+            f"segment {segment!r}, event at offset {event.offset}: {e} "
+            "(read events that are not records with .option('output', 'raw'))"
+        ) from e
+
+
+def read_range(
+    options: ReadOptions, decoder: EventDecoder, part: SegmentRange
+) -> Iterator[pa.RecordBatch]:
+    """The batches of one :class:`SegmentRange` (what a read task yields).
+
+    Example::
+
+        for batch in read_range(options, decoder, SegmentRange("orders/0", 0, 4096)): ...
+    """
+    if part.end <= part.start:
+        return
+    client = connect(options)
+    try:
+        reader = client.reader(part.segment, part.start, read_size=READ_SIZE)
+        try:
+            # Every pass consumes at least one event and offsets only grow, so the loop
+            # ends at part.end or where the segment ended when the reader got there.
+            while True:
+                events = reader.read_batch()
+                if not events:
+                    return
+                if events[-1].offset >= part.end:
+                    events = [e for e in events if e.offset < part.end]
+                    yield from decoder.decode(part.segment, events)
+                    return
+                yield from decoder.decode(part.segment, events)
+                if events[-1].next_offset >= part.end:
+                    return
+        finally:
+            reader.close()
+    finally:
+        client.close()
+
+
+# --- planning ----------------------------------------------------------------------------
+
+
+def plan_partitions(options: ReadOptions) -> list[SegmentRange]:
+    """The read's partitions: each segment's readable range, cut at event boundaries
+    into pieces of about ``partition_bytes``.
+
+    Example::
+
+        plan_partitions(ReadOptions.parse({"endpoint": ep, "segment": "s"}))
+    """
+    parts: list[SegmentRange] = []
+    client = connect(options)
+    try:
+        bounds = []
+        for seg in options.segments:
+            info = client.segment_info(seg)
+            start = max(info.start_offset, options.start_offset or 0)
+            end = (
+                info.length if options.end_offset is None else min(info.length, options.end_offset)
+            )
+            bounds.append((seg, start, end))
+    finally:
+        client.close()
+    big = [b for b in bounds if b[2] - b[1] > options.partition_bytes]
+    raw = RawSegmentReader(options.endpoint) if big else None
+    try:
+        for seg, start, end in bounds:
+            if end <= start:
+                continue
+            if raw is None or end - start <= options.partition_bytes:
+                parts.append(SegmentRange(seg, start, end))
+                continue
+            for a, b in plan_ranges(raw, seg, start, end, options.partition_bytes):
+                parts.append(SegmentRange(seg, a, b))
+    finally:
+        if raw is not None:
+            raw.close()
+    return parts
+
+
+def infer_schema(options: ReadOptions) -> StructType:
+    """The schema of ``output=rows``: the Spark schema stored with the first event of
+    the first non-empty segment. Raises :class:`CodecError` when there is nothing to
+    infer from.
+
+    Example::
+
+        infer_schema(ReadOptions.parse({"endpoint": ep, "segment": "s"}))
+    """
+    client = connect(options)
+    try:
+        for seg in options.segments:
+            info = client.segment_info(seg)
+            start = max(info.start_offset, options.start_offset or 0)
+            if info.length <= start:
+                continue
+            reader = client.reader(seg, start, read_size=64 * 1024)
+            try:
+                events = reader.read_batch()
+            finally:
+                reader.close()
+            if not events:
+                continue
+            return schema_of_event(seg, events[0])
+    finally:
+        client.close()
+    raise CodecError(
+        f"cannot infer a schema: {', '.join(options.segments)} hold no events; give one "
+        "with spark.read.schema(...) or .option('schema', 'a INT, b STRING')"
+    )
+
+
+def schema_of_event(segment: str, event: Event) -> StructType:
+    """The Spark schema an event written by this integration carries."""
+    rec = _decode_record(segment, event)
+    ctype = rec.headers.get(CONTENT_TYPE_HEADER, b"").decode("utf-8", "replace")
+    if ctype == ARROW_CONTENT_TYPE:
+        arrow_schema, _ = decode_arrow(rec.value)
+        found = spark_schema_of_arrow(arrow_schema)
+        return found if found is not None else from_arrow_schema(arrow_schema)
+    header = rec.headers.get(SCHEMA_HEADER)
+    if ctype == MSGPACK_CONTENT_TYPE and header:
+        return schema_from_json(header.decode())
+    raise CodecError(
+        f"segment {segment!r}: the event at offset {event.offset} carries no schema "
+        f"(content-type {ctype!r}); give one with spark.read.schema(...)"
+    )
+
+
+class SegmentStoreReader(DataSourceReader):  # type: ignore[misc]
+    """The batch reader Spark gets from ``spark.read.format("segmentstore")``.
+
+    Example::
+
+        reader = SegmentStoreReader(ReadOptions.parse(opts), schema)
+        batches = [b for p in reader.partitions() for b in reader.read(p)]
+    """
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> list[SegmentRange]:
+        """One partition per segment or per offset range of a large segment."""
+        return plan_partitions(self.options)
+
+    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        """Arrow batches of one partition."""
+        decoder = EventDecoder(self.options.output, self.schema)
+        return read_range(self.options, decoder, partition)

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Spark throughput: the ``segmentstore`` format against ``df.write.parquet``, same run.
+
+Writes and reads the same DataFrame (default 1,000,000 rows of six columns: bigint, int,
+string, double, timestamp, decimal) with each sink and prints rows/s and MB/s. Reads
+materialize every column (``.write.format("noop")``). Each figure is the median of
+``--runs`` timed runs after one untimed warm-up run (JIT, Python workers).
+
+    .venv/bin/python scripts/bench_spark.py                     # starts its own server
+    .venv/bin/python scripts/bench_spark.py --fsync interval --runs 5
+    .venv/bin/python scripts/bench_spark.py --endpoint tcp://127.0.0.1:12345
+
+MB/s counts the bytes each sink stores (segment length; Parquet files' size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+READY = re.compile(r"listening on ([0-9.]+):(\d+)")
+
+
+@contextmanager
+def server(data_dir: Path, fsync: str) -> Iterator[str]:
+    """A segmentstore server process for the benchmark; yields its endpoint."""
+    args = [
+        sys.executable,
+        "-m",
+        "segmentstore",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        "--http-port",
+        "-1",
+        "--fsync",
+        fsync,
+        "--log-level",
+        "INFO",  # the "listening on" line is logged at INFO
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    try:
+        endpoint = None
+        for _ in range(1000):
+            line = proc.stderr.readline()
+            if not line:
+                raise RuntimeError("the server exited during startup")
+            m = READY.search(line)
+            if m:
+                endpoint = f"tcp://{m.group(1)}:{m.group(2)}"
+                break
+        if endpoint is None:
+            raise RuntimeError("the server never said it was listening")
+        stream = proc.stderr
+        threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def timed(runs: int, prepare: Callable[[int], Any], action: Callable[[Any], None]) -> float:
+    """Median seconds of ``runs`` timed calls after one warm-up (``prepare`` is untimed)."""
+    times = []
+    for i in range(runs + 1):
+        arg = prepare(i)
+        t0 = time.perf_counter()
+        action(arg)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--endpoint", help="use a running server instead of starting one")
+    ap.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
+    ap.add_argument(
+        "--variants",
+        default="arrow:zstd,arrow:lz4,arrow:none,msgpack:none",
+        help="encoding:compression pairs to measure (first = the default)",
+    )
+    ns = ap.parse_args()
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from segmentstore_client import sync
+    from segmentstore_client.spark import register
+
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    try:
+        with _endpoint(ns, work) as endpoint:
+            spark = (
+                SparkSession.builder.master(ns.master)
+                .appName("bench_spark")
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.sql.shuffle.partitions", "2")
+                .config("spark.driver.bindAddress", "127.0.0.1")
+                .config("spark.driver.host", "127.0.0.1")
+                .config("spark.driver.memory", "2g")
+                .getOrCreate()
+            )
+            spark.sparkContext.setLogLevel("ERROR")
+            register(spark)
+            cores = spark.sparkContext.defaultParallelism
+            df = spark.range(0, ns.rows, 1, cores).selectExpr(
+                "id",
+                "cast(id % 100000 as int) as k",
+                "concat('user-', cast(id % 50000 as string)) as name",
+                "cast(id as double) * 1.0001 as amount",
+                "timestamp_micros(1700000000000000 + id * 1000) as ts",
+                "cast(id % 1000000 as decimal(18, 2)) as price",
+            )
+            print(
+                f"{ns.rows:,} rows x {len(df.columns)} columns, master {ns.master}, "
+                f"fsync={ns.fsync if not ns.endpoint else 'as configured'}, "
+                f"median of {ns.runs} runs after a warm-up",
+                flush=True,
+            )
+            results: list[tuple[str, float, int, float]] = []
+
+            # -- Parquet --------------------------------------------------------------
+            pq = work / "parquet"
+
+            def pq_path(i: int) -> str:
+                return str(pq / f"run{i}")
+
+            w = timed(ns.runs, pq_path, lambda p: df.write.mode("overwrite").parquet(p))
+            size = dir_bytes(pq / "run1")
+            r = timed(
+                ns.runs,
+                lambda i: pq_path(1),
+                lambda p: spark.read.parquet(p).write.format("noop").mode("overwrite").save(),
+            )
+            results.append(("parquet", w, size, r))
+            _report(ns.rows, *results[-1])
+
+            # -- segmentstore ---------------------------------------------------------
+            for variant in ns.variants.split(","):
+                encoding, _, compression = variant.partition(":")
+                tag = uuid.uuid4().hex[:8]
+
+                def seg(i: int, tag: str = tag) -> str:
+                    return f"bench/{tag}/run{i}"
+
+                def write(s: str, enc: str = encoding, comp: str = compression or "none") -> None:
+                    (
+                        df.write.format("segmentstore")
+                        .option("endpoint", endpoint)
+                        .option("segment", s)
+                        .option("encoding", enc)
+                        .option("compression", comp)
+                        .mode("append")
+                        .save()
+                    )
+
+                def read(s: str) -> None:
+                    (
+                        spark.read.format("segmentstore")
+                        .option("endpoint", endpoint)
+                        .option("segment", s)
+                        .load()
+                        .write.format("noop")
+                        .mode("overwrite")
+                        .save()
+                    )
+
+                w = timed(ns.runs, seg, write)
+                with sync.connect(endpoint) as client:
+                    size = client.segment_info(seg(1)).length
+                r = timed(ns.runs, lambda i, seg=seg: seg(1), read)
+                results.append((f"segmentstore {encoding}/{compression or 'none'}", w, size, r))
+                _report(ns.rows, *results[-1])
+
+            _, pw, _, pr = results[0]
+            print("\nagainst parquet (rows/s ratio; targets: write >= 0.70, read >= 0.50):")
+            for name, w, _, r in results[1:]:
+                print(f"  {name:32s} write {pw / w:5.2f}   read {pr / r:5.2f}")
+            spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+@contextmanager
+def _endpoint(ns: argparse.Namespace, work: Path) -> Iterator[str]:
+    if ns.endpoint:
+        yield ns.endpoint
+        return
+    with server(work / "server", ns.fsync) as endpoint:
+        yield endpoint
+
+
+def _report(rows: int, name: str, write_s: float, size: int, read_s: float) -> None:
+    mb = size / 1e6
+    print(
+        f"{name:32s} write {write_s:6.2f} s {rows / write_s:>11,.0f} rows/s {mb / write_s:7.1f} MB/s"
+        f" | read {read_s:6.2f} s {rows / read_s:>11,.0f} rows/s {mb / read_s:7.1f} MB/s"
+        f" | stored {mb:6.1f} MB",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Fixtures of the Spark tests: one local SparkSession and one server for the session.
+
+Spark runs as ``local[2,3]``: two cores, and a task may fail twice before the job fails
+(``maxFailures`` = 3), so the tests can make attempts fail and watch the retries.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ServerProcess  # tests/conftest.py
+
+from . import faulty
+
+
+@pytest.fixture(scope="session")
+def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One segment store for the whole Spark test session (fsync=always)."""
+    s = ServerProcess(tmp_path_factory.mktemp("spark-server"), http_port=-1)
+    s.start()
+    yield s
+    s.kill()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The session's SparkSession, with the segmentstore formats registered."""
+    from pyspark.sql import SparkSession
+    from segmentstore_client.spark import register
+
+    # Python workers must import this package's helper module (tests.spark.faulty) and
+    # run on this interpreter; local-mode workers inherit the driver's environment.
+    top = Path(faulty.__file__).resolve().parents[len(faulty.__name__.split(".")) - 1]
+    paths = [str(top), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("segmentstore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    session.dataSource.register(faulty.FaultySegmentStore)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def endpoint(spark_server: ServerProcess) -> str:
+    return spark_server.endpoint
+
+
+@pytest.fixture
+def seg() -> str:
+    """A fresh segment name."""
+    return f"spark/t{uuid.uuid4().hex[:12]}/0"
