@@ -15,6 +15,36 @@ Ordering and durability rules every implementation keeps:
 * A duplicate append (writer id given and ``event_number`` <= the writer's last accepted
   event number) stores nothing; its future completes no earlier than the append that stored
   that event number did.
+
+How :class:`~segmentstore.storage.SegmentStore` (store.py) implements the calls:
+
+* ``append(...)`` is a plain method returning an ``asyncio.Future[AppendResult]``; every
+  error (SegmentNotFound, SegmentSealed, BadOffset, AppendTooLarge, StorageUnavailable...)
+  arrives through that future, never raised. ``writer_id`` without ``event_number`` appends
+  without deduplication. Payloads of 16 KiB or more are kept by reference until written
+  (pass ``bytes`` you will not mutate; a ``bytearray``/``memoryview`` is copied).
+* ``async read(name, offset, max_length)`` returns at once (no suspension) when the bytes are
+  in the read cache and reads chunk files in a worker thread otherwise. ``try_read(...)`` is
+  the synchronous fast path: the same result when served from memory, ``None`` when a chunk
+  file is needed (then call ``read``); both raise SegmentNotFound / SegmentTruncated /
+  InvalidOffset directly (InvalidOffset when ``offset`` > committed length: to wait for
+  data there, call ``wait_for_data`` first). A read served from chunk files may return
+  fewer bytes than asked (at most 8 MiB) but never none unless it is at the end;
+  ``at_tail`` / ``end_of_segment`` are set whenever the returned data ends at the committed
+  length of an unsealed / sealed segment.
+* ``merge`` seals the source (its own log record: a crash between the two leaves the source
+  sealed and unmerged; merging again completes it) and then copies the source's readable
+  bytes into ONE log record that appends them to the target and deletes the source, so the
+  merge itself is atomic. Target and source must live in the same container: a Pravega
+  transaction/transient segment (``parent#transaction.*`` / ``parent#transient.*``) always
+  lands in its parent's container.
+* ``on_commit`` (property): called after each group commit with (records in the batch,
+  seconds the log fsync took). ``stats()`` returns counters and gauges for Prometheus.
+* ``set_fault_hook(fn)``: tests only; ``fn(op)`` runs before each log / chunk / checkpoint
+  I/O ("wal.write", "wal.fsync", "wal.open", "chunk.write", "chunk.fsync",
+  "checkpoint.write") and an OSError it raises is treated as that I/O failing.
+* ``update_attributes`` on a sealed segment raises SegmentSealed (as Pravega does); setting
+  an attribute to NULL_ATTRIBUTE_VALUE removes it.
 """
 
 from __future__ import annotations

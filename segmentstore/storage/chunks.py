@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .wal import FaultHook, fsync_dir
@@ -32,29 +32,37 @@ class ChunkStore:
     def path(self, seg_id: int, k: int) -> Path:
         return self.dir / f"{seg_id:016x}.{k:08x}"
 
-    def write(self, seg_id: int, offset: int, data: bytes | bytearray | memoryview) -> set[ChunkId]:
-        """Write ``data`` at segment ``offset``; returns the chunks touched."""
+    def write(
+        self, seg_id: int, offset: int, pieces: Sequence[bytes | bytearray | memoryview]
+    ) -> set[ChunkId]:
+        """Write ``pieces`` (consecutive) at segment ``offset``; returns the chunks touched."""
         touched: set[ChunkId] = set()
-        view = memoryview(data)
-        pos = 0
         cb = self.chunk_bytes
-        while pos < len(view):
-            off = offset + pos
-            k = off // cb
-            in_file = off - k * cb
-            n = min(len(view) - pos, cb - in_file)
-            path = self.path(seg_id, k)
-            self._hook("chunk.write")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                piece = view[pos : pos + n]
+        fd = -1
+        k_open = -1
+        pos = offset
+        try:
+            for piece in pieces:
+                view = memoryview(piece)
                 done = 0
-                while done < n:
-                    done += os.pwrite(fd, piece[done:], in_file + done)
-            finally:
+                while done < len(view):
+                    k = pos // cb
+                    in_file = pos - k * cb
+                    n = min(len(view) - done, cb - in_file)
+                    if k != k_open:
+                        if fd >= 0:
+                            os.close(fd)
+                            fd = -1
+                        self._hook("chunk.write")
+                        fd = os.open(self.path(seg_id, k), os.O_WRONLY | os.O_CREAT, 0o644)
+                        k_open = k
+                        touched.add((seg_id, k))
+                    written = os.pwrite(fd, view[done : done + n], in_file)
+                    done += written
+                    pos += written
+        finally:
+            if fd >= 0:
                 os.close(fd)
-            touched.add((seg_id, k))
-            pos += n
         return touched
 
     def read(self, seg_id: int, offset: int, end: int) -> bytes:

@@ -87,6 +87,7 @@ _APPEND_HEAD_PACK = R.APPEND_HEAD.pack
 _CRC_PACK = R.CRC.pack
 _crc = crc32c
 _crc_extend = crc32c_extend
+_WRITEV_MIN = 16 * 1024  # payloads this big go to the log by writev, not copied into a buffer
 
 
 def _set_result(fut: asyncio.Future[None]) -> None:
@@ -100,8 +101,6 @@ class SegmentContainer:
         self.dir = directory
         self.config = config
         self.label = f"container {index}"
-        (directory / "log").mkdir(parents=True, exist_ok=True)
-        (directory / "chunks").mkdir(parents=True, exist_ok=True)
         self._loop = asyncio.get_running_loop()
         self._log_exec = ThreadPoolExecutor(1, thread_name_prefix=f"ss-log-{index}")
         self._io_exec = ThreadPoolExecutor(2, thread_name_prefix=f"ss-io-{index}")
@@ -118,6 +117,9 @@ class SegmentContainer:
         self._next_seq = 1
         self._committed_seq = 0
         self._next_segment_id = 1
+        # Records not yet handed to the log thread: ``_parts`` (finished pieces, including big
+        # payloads kept as the caller's bytes so they are never copied) then ``_buf``.
+        self._parts: list[bytes | bytearray] = []
         self._buf = bytearray()
         self._batch_first_seq = 1
         self._ops: list[tuple[Any, ...]] = []
@@ -148,6 +150,8 @@ class SegmentContainer:
             "flushed_bytes": 0,
             "checkpoints": 0,
             "last_checkpoint_seconds": 0.0,
+            "recovered_records": 0,
+            "recovered_log_bytes": 0,
         }
         self._tasks: list[asyncio.Task[None]] = []
         self._spare_job: asyncio.Future[None] | None = None
@@ -157,16 +161,23 @@ class SegmentContainer:
     async def start(self) -> float:
         """Recover from disk and start the background tasks; returns recovery seconds."""
         t0 = time.perf_counter()
-        rec = await self._loop.run_in_executor(
-            self._io_exec, recover, self.dir, self._chunks, self.label
-        )
+        try:
+            rec = await self._loop.run_in_executor(
+                self._io_exec, recover, self.dir, self._chunks, self.label
+            )
+        except BaseException:
+            self._log_exec.shutdown()
+            self._io_exec.shutdown()
+            raise
         self._segments = rec.segments
         self._next_seq = self._batch_first_seq = rec.next_seq
         self._committed_seq = rec.next_seq - 1
         self._next_segment_id = rec.next_segment_id
         self._pending_deletes = rec.pending_deletes
         self._dirty_chunks = rec.dirty_chunks
-        self._wal.start(rec.next_log_index, rec.prev_valid_len)
+        await self._loop.run_in_executor(
+            self._log_exec, self._wal.start, rec.next_log_index, rec.prev_valid_len
+        )
         if self._wal.spare_wanted:
             # The first log file should already be preallocated (see WalWriter.prepare_spare).
             try:
@@ -177,6 +188,8 @@ class SegmentContainer:
         # Replayed log bytes count toward the next checkpoint, which then shortens recovery.
         self._log_bytes_at_ckpt = -rec.log_bytes
         seconds = time.perf_counter() - t0
+        self.stats["recovered_records"] = rec.records
+        self.stats["recovered_log_bytes"] = rec.log_bytes
         log.info(
             "%s recovered in %.3f s: checkpoint at record %d, replayed %d records "
             "(%d log bytes), %d segments, next record %d%s",
@@ -355,7 +368,12 @@ class SegmentContainer:
         buf = self._buf
         buf += _CRC_PACK(_crc_extend(_crc(head), data))
         buf += head
-        buf += data
+        if n < _WRITEV_MIN:
+            buf += data
+        else:
+            self._parts.append(buf)
+            self._parts.append(data)
+            self._buf = bytearray()
         if wid is not None:
             seg.set_pending_attr(wid, event_number)  # type: ignore[arg-type]
         seg.p_ec += event_count
@@ -598,72 +616,114 @@ class SegmentContainer:
     # ------------------------------------------------------------------ the log writer
 
     async def _writer_loop(self) -> None:
+        """Group commit, pipelined: batch N+1 goes to the log thread before N is applied.
+
+        So the disk is busy while the loop applies the previous batch and completes its
+        futures. Only one batch is ever on its way to disk, and a batch is applied only
+        after every earlier one, so the committed state stays a prefix of the log.
+        """
         loop = self._loop
+        durable: tuple[list[tuple[Any, ...]], int, int, int, float] | None = None
         while True:
-            if not self._ops:
-                if self._closing:
-                    return
-                self._wake = loop.create_future()
-                await self._wake
-                self._wake = None
-                continue
-            if self._unflushed > self._max_unflushed:
-                # Memory bound: committed data waits in the cache until it is in chunk
-                # files, so stop committing (acks wait) until the storage writer catches up.
-                await self._flush()
-            ops = self._ops
-            buf = self._buf
-            first = self._batch_first_seq
-            last = self._next_seq - 1
-            self._ops = []
-            self._buf = bytearray()
-            self._batch_first_seq = self._next_seq
-            sync_s = 0.0
-            if buf:
-                try:
-                    sync_s = await loop.run_in_executor(
-                        self._log_exec, self._wal.write_batch, buf, first
+            write: asyncio.Future[float] | None = None
+            taken: tuple[list[tuple[Any, ...]], int] | None = None
+            # Memory bound: committed data waits in the cache until it is in chunk files, so
+            # stop committing (acks wait) while too much of it is unflushed.
+            if self._ops and self._unflushed <= self._max_unflushed:
+                ops = self._ops
+                parts = self._parts
+                if self._buf:
+                    parts.append(self._buf)
+                first = self._batch_first_seq
+                self._ops = []
+                self._parts = []
+                self._buf = bytearray()
+                self._batch_first_seq = self._next_seq
+                if parts:
+                    write = loop.run_in_executor(
+                        self._log_exec, self._wal.write_batch, parts, first
                     )
-                except OSError as exc:
-                    self._fail_all(ops, exc)
+                taken = (ops, self._next_seq - 1)
+            if durable is not None:
+                self._commit(*durable)
+                durable = None
+            if taken is None:
+                if self._ops:  # over the unflushed limit
+                    if not await self._flush():
+                        # Disk full or failing: nothing leaves memory, so nothing more may
+                        # come in. Fail what waits (retriable) rather than grow without bound.
+                        self._fail_all([], "cannot write chunk files, too much data in memory")
+                        await asyncio.sleep(0.05)
+                elif self._closing:
+                    return
+                else:
+                    self._wake = loop.create_future()
+                    await self._wake
+                    self._wake = None
+                continue
+            ops, last = taken
+            sync_s = 0.0
+            if write is None:  # only duplicates waiting for earlier records
+                last = self._committed_seq
+            else:
+                try:
+                    sync_s = await write
+                except Exception as exc:
+                    if not isinstance(exc, OSError):
+                        log.exception("%s: unexpected error writing the log", self.label)
+                    self._fail_all(ops, f"log write failed: {exc}")
                     continue
-                self._committed_seq = last
-                self._log_index_at_commit = self._wal.current_index
-                self._log_bytes_at_commit = self._wal.bytes_written
-            self._apply(ops)
-            stats = self.stats
-            stats["batches"] += 1
-            stats["last_batch_records"] = len(ops)
-            stats["last_fsync_seconds"] = sync_s
-            hook = self.on_commit
-            if hook is not None:
-                hook(len(ops), sync_s)
-            if self._spare_job is None and self._wal.spare_wanted:
-                self._spare_job = loop.run_in_executor(self._io_exec, self._wal.prepare_spare)
-                self._spare_job.add_done_callback(self._spare_done)
-            if (
-                self._unflushed >= self.config.flush_bytes
-                or (self._cache.over_budget() and self._unflushed)
-                or (
-                    self._log_bytes_at_commit - self._log_bytes_at_ckpt
-                    >= self.config.checkpoint_log_bytes
-                )
-            ):
-                self._kick_flush()
+            # Read now, while the log thread is idle: consistent with ``last``.
+            durable = (ops, last, self._wal.current_index, self._wal.bytes_written, sync_s)
+
+    def _commit(
+        self,
+        ops: list[tuple[Any, ...]],
+        last: int,
+        log_index: int,
+        log_bytes: int,
+        sync_s: float,
+    ) -> None:
+        """A batch is durable: make it visible and complete its futures."""
+        self._committed_seq = last
+        self._log_index_at_commit = log_index
+        self._log_bytes_at_commit = log_bytes
+        self._apply(ops)
+        stats = self.stats
+        stats["batches"] += 1
+        stats["last_batch_records"] = len(ops)
+        stats["last_fsync_seconds"] = sync_s
+        hook = self.on_commit
+        if hook is not None:
+            hook(len(ops), sync_s)
+        if self._spare_job is None and self._wal.spare_wanted:
+            self._spare_job = self._loop.run_in_executor(self._io_exec, self._wal.prepare_spare)
+            self._spare_job.add_done_callback(self._spare_done)
+        if (
+            self._unflushed >= self.config.flush_bytes
+            # Over budget, only flushing lets the cache evict; but not for every batch.
+            or (self._cache.over_budget() and self._unflushed >= self.config.flush_bytes // 4)
+            or (
+                self._log_bytes_at_commit - self._log_bytes_at_ckpt
+                >= self.config.checkpoint_log_bytes
+            )
+        ):
+            self._kick_flush()
 
     def _spare_done(self, job: asyncio.Future[None]) -> None:
         self._spare_job = None
         if not job.cancelled() and job.exception() is not None:
             log.warning("%s: could not preallocate a log file: %s", self.label, job.exception())
 
-    def _fail_all(self, ops: list[tuple[Any, ...]], exc: OSError) -> None:
+    def _fail_all(self, ops: list[tuple[Any, ...]], reason: str) -> None:
         """The batch ``ops`` did not reach the disk: fail it and everything queued after it."""
         failed = ops + self._ops
         self._ops = []
+        self._parts = []
         self._buf = bytearray()
         self._next_seq = self._batch_first_seq = self._committed_seq + 1
         self.stats["failed_batches"] += 1
-        log.error("%s: log write failed (%s); failing %d operations", self.label, exc, len(failed))
+        log.error("%s: %s; failing %d operations", self.label, reason, len(failed))
         touched: dict[int, SegmentMeta] = {}
         for op in failed:
             seg: SegmentMeta = op[1]
@@ -672,7 +732,7 @@ class SegmentContainer:
                 touched[id(op[3])] = op[3]
             fut: asyncio.Future[Any] = op[2] if op[0] != K_APPEND else op[4]
             if not fut.done():
-                fut.set_exception(StorageUnavailable(seg.name, f"log write failed: {exc}"))
+                fut.set_exception(StorageUnavailable(seg.name, reason))
         segs = list(touched.values())
         for seg in segs:
             if not seg.created and self._segments.get(seg.name) is seg:
@@ -854,27 +914,26 @@ class SegmentContainer:
         """Copy committed data of dirty segments into chunk files; False if I/O failed."""
         segs = list(self._dirty)
         self._dirty.clear()
-        jobs: list[tuple[SegmentMeta, int, bytes | memoryview]] = []
+        jobs: list[tuple[SegmentMeta, int, int, list[bytes | memoryview]]] = []
         for seg in segs:
             start, end = seg.flushed, seg.length
             if seg.deleted or end <= start:
                 continue
             cache = seg.cache
             assert cache is not None and cache.start <= start
-            jobs.append((seg, start, cache.read(start, end)))
+            jobs.append((seg, start, end, cache.pieces(start, end)))
         if not jobs:
             return True
-        work = [(seg.id, start, data) for seg, start, data in jobs]
+        work = [(seg.id, start, pieces) for seg, start, _, pieces in jobs]
         try:
             touched = await self._loop.run_in_executor(self._io_exec, self._write_chunks, work)
         except OSError as exc:
             log.error("%s: writing chunk files failed: %s", self.label, exc)
-            self._dirty.update(seg for seg, _, _ in jobs if not seg.deleted)
+            self._dirty.update(seg for seg, _, _, _ in jobs if not seg.deleted)
             return False
         self._dirty_chunks |= touched
         written = 0
-        for seg, start, data in jobs:
-            end = start + len(data)
+        for seg, _, end, _ in jobs:
             if end > seg.flushed:
                 self._unflushed -= end - seg.flushed
                 written += end - seg.flushed
@@ -884,10 +943,10 @@ class SegmentContainer:
         self._cache.evict()
         return True
 
-    def _write_chunks(self, work: list[tuple[int, int, bytes | memoryview]]) -> set[ChunkId]:
+    def _write_chunks(self, work: list[tuple[int, int, list[bytes | memoryview]]]) -> set[ChunkId]:
         touched: set[ChunkId] = set()
-        for seg_id, offset, data in work:
-            touched |= self._chunks.write(seg_id, offset, data)
+        for seg_id, offset, pieces in work:
+            touched |= self._chunks.write(seg_id, offset, pieces)
         return touched
 
     async def _checkpoint(self) -> bool:
@@ -973,7 +1032,7 @@ class SegmentContainer:
             "cache_bytes": float(self._cache.size),
             "unflushed_bytes": float(self._unflushed),
             "queued_records": float(len(self._ops)),
-            "queued_bytes": float(len(self._buf)),
+            "queued_bytes": float(len(self._buf) + sum(len(p) for p in self._parts)),
             "log_bytes": float(self._wal.bytes_written),
             "fsyncs": float(self._wal.fsyncs),
             "log_bytes_since_checkpoint": float(

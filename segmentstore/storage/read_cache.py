@@ -19,7 +19,7 @@ from collections import OrderedDict
 from .metadata import SegmentMeta
 
 OWN_BLOCK = 32 * 1024  # appends at least this big become blocks of their own
-FREEZE = 256 * 1024  # a tail this big becomes an immutable block
+FREEZE = 64 * 1024  # a tail this big becomes an immutable block
 
 
 class SegmentCache:
@@ -83,8 +83,29 @@ class SegmentCache:
             i += 1
         return b"".join(parts)
 
+    def pieces(self, offset: int, end: int) -> list[bytes | memoryview]:
+        """``[offset, end)`` as views of the immutable blocks (no copy) plus a copy of the tail
+        part (the tail keeps growing, so another thread must not hold a view of it)."""
+        out: list[bytes | memoryview] = []
+        if offset < self.tail_start:
+            i = bisect_right(self.starts, offset) - 1
+            pos = offset
+            while pos < end and i < len(self.blocks):
+                block = self.blocks[i]
+                bstart = self.starts[i]
+                stop = min(end, bstart + len(block))
+                out.append(memoryview(block)[pos - bstart : stop - bstart])
+                pos = stop
+                i += 1
+            offset = pos
+        if offset < end:
+            base = self.tail_start
+            out.append(bytes(self.tail[offset - base : end - base]))
+        return out
+
     def evict_below(self, limit: int) -> int:
-        """Drop whole blocks (and the tail) that end at or below ``limit``; returns bytes freed."""
+        """Drop cached bytes below ``limit``: whole blocks, and the front of the tail (which
+        holds the newest data, so it is usually only partly flushed); returns bytes freed."""
         freed = 0
         blocks = self.blocks
         starts = self.starts
@@ -95,13 +116,12 @@ class SegmentCache:
         if drop:
             del blocks[:drop]
             del starts[:drop]
-        if not blocks and self.end <= limit:
-            freed += len(self.tail)
-            self.tail = bytearray()
-            self.tail_start = self.end
-            self.start = self.end
-        else:
-            self.start = starts[0] if blocks else self.tail_start
+        if not blocks and limit > self.tail_start:
+            cut = min(limit, self.end) - self.tail_start
+            del self.tail[:cut]
+            self.tail_start += cut
+            freed += cut
+        self.start = starts[0] if blocks else self.tail_start
         return freed
 
 

@@ -26,8 +26,9 @@ from . import records as R
 from .api import EVENT_COUNT
 from .checkpoint import load_newest
 from .chunks import ChunkId, ChunkStore
+from .crc import crc32c
 from .metadata import SegmentMeta
-from .wal import HEADER_SIZE, LogFileInfo, ScanResult, list_log_files, scan_file
+from .wal import HEADER_SIZE, LogFileInfo, list_log_files
 
 log = logging.getLogger("segmentstore.storage")
 
@@ -77,7 +78,7 @@ class _ChunkBuffer:
 
     def flush(self) -> None:
         for seg_id, (offset, data) in self.pending.items():
-            self.dirty |= self.chunks.write(seg_id, offset, data)
+            self.dirty |= self.chunks.write(seg_id, offset, [data])
         self.pending.clear()
         self.size = 0
 
@@ -113,6 +114,8 @@ def _discard(info: LogFileInfo) -> None:
 
 def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
     log_dir = container_dir / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    chunks.dir.mkdir(parents=True, exist_ok=True)
     ckpt = load_newest(container_dir)
     ckpt_seq = ckpt.seq if ckpt is not None else 0
     by_id: dict[int, SegmentMeta] = {}
@@ -130,7 +133,6 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
     rec = Recovered({}, ckpt_seq, ckpt_seq + 1, next_segment_id, 0, -1)
     _clean_chunks(chunks, by_id, rec.problems)
     buf = _ChunkBuffer(chunks, rec.dirty_chunks)
-    cb = chunks.chunk_bytes
 
     infos = list_log_files(log_dir)
     # Files whose successor starts at or before ckpt_seq + 1 hold only checkpointed records.
@@ -183,19 +185,14 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
         claimed = nxt.prev_valid_len if nxt is not None and nxt.header_ok else -1
         end = min(claimed, info.size) if claimed >= 0 else info.size
         mtime_ms = int(os.stat(info.path).st_mtime * 1000)
-        result = ScanResult(0, info.first_seq)
-        result.good_end = HEADER_SIZE
         with open(info.path, "rb") as f:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if info.size else b""
             try:
-                for seq, rtype, record in scan_file(mm, end, info.first_seq, result):
-                    if seq <= ckpt_seq:
-                        continue
-                    _apply(rec, by_id, buf, cb, seq, rtype, record, mtime_ms)
-                    last_seq = seq
+                result = _replay_file(mm, end, info.first_seq, ckpt_seq, by_id, buf, rec, mtime_ms)
             finally:
                 if isinstance(mm, mmap.mmap):
                     mm.close()
+        last_seq = max(last_seq, result.next_seq - 1)
         rec.log_bytes += result.good_end
         expected = result.next_seq
         if not result.problem and claimed >= 0 and result.good_end < claimed:
@@ -230,6 +227,127 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
     return rec
 
 
+class _Scan:
+    """Where the replay of one file stopped: ``good_end`` and, if it hit bad data, ``problem``.
+
+    Ending at zeros (a preallocated file) or at an intact record with an older sequence
+    number (a recycled file's previous life) is a clean end: ``problem`` stays empty.
+    """
+
+    __slots__ = ("good_end", "next_seq", "problem")
+
+    def __init__(self, good_end: int, next_seq: int) -> None:
+        self.good_end = good_end
+        self.next_seq = next_seq
+        self.problem = ""
+
+
+def _replay_file(
+    mm: mmap.mmap | bytes,
+    end: int,
+    first_seq: int,
+    ckpt_seq: int,
+    by_id: dict[int, SegmentMeta],
+    buf: _ChunkBuffer,
+    rec: Recovered,
+    mtime_ms: int,
+) -> _Scan:
+    """Check and apply the records of one log file in ``mm[HEADER_SIZE:end]``.
+
+    Plain appends are decoded inline (they are nearly all of a log and this loop is what
+    recovery time is made of); everything else goes through ``_apply``.
+    """
+    unpack_prefix = R.PREFIX.unpack_from
+    unpack_w = R.APPEND_W_BODY.unpack_from
+    unpack_a = R.APPEND_BODY.unpack_from
+    pending = buf.pending
+    crc32c_ = crc32c
+    record_types = R.RECORD_TYPES
+    body = 4 + R.SEQ_TYPE_SIZE  # offset of the body in ``record`` (which starts at size)
+    data_w = body + R.APPEND_W_BODY.size
+    data_a = body + R.APPEND_BODY.size
+    cb = buf.chunks.chunk_bytes
+    prefix_size = R.PREFIX_SIZE
+    min_size = R.SEQ_TYPE_SIZE
+    t_append_w = R.APPEND_W
+    from_bytes = int.from_bytes
+    pos = HEADER_SIZE
+    expected = first_seq
+    applied = 0
+    added = 0
+    scan = _Scan(pos, expected)
+    while pos < end:
+        if end - pos < prefix_size:
+            scan.problem = f"truncated record header at {pos} ({end - pos} bytes left)"
+            break
+        crc, size, seq, rtype = unpack_prefix(mm, pos)
+        if crc == 0 and size == 0:
+            break  # zero-filled remainder of a preallocated file
+        rec_end = pos + 8 + size
+        if size < min_size or rec_end > end:
+            scan.problem = f"bad record length {size} at {pos} (file ends at {end})"
+            break
+        record = mm[pos + 4 : rec_end]
+        if crc32c_(record) != crc:
+            scan.problem = f"CRC mismatch in record at {pos} (length {size})"
+            break
+        if rtype not in record_types:
+            scan.problem = f"unknown record type {rtype} at {pos}"
+            break
+        if seq != expected:
+            if seq > expected:
+                scan.problem = f"sequence gap at {pos}: expected {expected}, found {seq}"
+            break  # an older intact record: a recycled file's previous life
+        expected = seq + 1
+        pos = rec_end
+        if seq <= ckpt_seq:
+            continue
+        applied += 1
+        if rtype <= t_append_w:  # APPEND (1) or APPEND_W (2)
+            if rtype == t_append_w:
+                seg_id, offset, count, wbytes, event_number = unpack_w(record, body)
+                at = data_w
+            else:
+                seg_id, offset, count = unpack_a(record, body)
+                at = data_a
+            seg = by_id.get(seg_id)
+            if seg is None or seg.deleted or offset != seg.length:
+                _inconsistent(rec, seq, f"append to segment {seg_id} at {offset}")
+                continue
+            n = len(record) - at
+            if n:
+                entry = pending.get(seg_id)
+                if entry is None:
+                    pending[seg_id] = (offset, bytearray(memoryview(record)[at:]))
+                else:
+                    entry[1].extend(memoryview(record)[at:])
+                added += n
+                if added >= _FLUSH_AT:
+                    buf.size = added
+                    buf.flush()
+                    added = 0
+            seg.length = offset + n
+            if rtype == t_append_w:
+                writer = from_bytes(wbytes, "big")
+                attrs = seg.attrs
+                if attrs is None:
+                    seg.attrs = {writer: event_number}
+                else:
+                    attrs[writer] = event_number
+            if count:
+                seg.ec = (seg.ec or 0) + count
+            seg.last_modified_ms = mtime_ms
+        else:
+            buf.size = added
+            _apply(rec, by_id, buf, cb, seq, rtype, record, mtime_ms)
+            added = buf.size
+    scan.good_end = pos  # only ever advanced past records that checked out
+    scan.next_seq = expected
+    buf.size = added
+    rec.records += applied
+    return scan
+
+
 def _apply(
     rec: Recovered,
     by_id: dict[int, SegmentMeta],
@@ -241,7 +359,6 @@ def _apply(
     mtime_ms: int,
 ) -> None:
     body = 4 + R.SEQ_TYPE_SIZE  # size field + seq + type precede the body in ``record``
-    rec.records += 1
     if rtype == R.APPEND or rtype == R.APPEND_W:
         if rtype == R.APPEND:
             seg_id, offset, count = R.APPEND_BODY.unpack_from(record, body)

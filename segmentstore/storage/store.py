@@ -6,10 +6,12 @@
 # transaction and its parent share a container and can be merged; the hash is stable across
 # processes (unlike ``hash()``). The container count is recorded in the data directory and a
 # store opened with another count refuses to start (segments would land in the wrong place).
-# All methods must be called from the event loop that ran ``open``.
+# All methods must be called from the event loop that ran ``open``. An open store holds an
+# exclusive flock on ``data_dir/LOCK``.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
@@ -64,6 +66,7 @@ class SegmentStore:
         self._on_commit: CommitHook | None = None
         self.recovery_seconds = 0.0
         self._closed = False
+        self._lock_fd = -1
 
     @classmethod
     async def open(cls, config: StoreConfig) -> SegmentStore:
@@ -71,7 +74,12 @@ class SegmentStore:
         log_implementation()
         loop = asyncio.get_running_loop()
         data_dir = Path(config.data_dir)
-        await loop.run_in_executor(None, _check_layout, data_dir, config.container_count)
+        lock_fd = await loop.run_in_executor(None, _lock_data_dir, data_dir)
+        try:
+            await loop.run_in_executor(None, _check_layout, data_dir, config.container_count)
+        except BaseException:
+            os.close(lock_fd)
+            raise
         t0 = time.perf_counter()
         budget = max(1, config.read_cache_bytes // config.container_count)
         containers = [
@@ -86,8 +94,10 @@ class SegmentStore:
         except BaseException:
             for c in started:
                 await c.close()
+            os.close(lock_fd)
             raise
         store = cls(config, containers)
+        store._lock_fd = lock_fd
         store.recovery_seconds = time.perf_counter() - t0
         log.info(
             "segment store open at %s: %d container(s), fsync=%s, recovery took %.3f s",
@@ -103,7 +113,12 @@ class SegmentStore:
         if self._closed:
             return
         self._closed = True
-        await asyncio.gather(*(c.close() for c in self._containers))
+        try:
+            await asyncio.gather(*(c.close() for c in self._containers))
+        finally:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)  # releases the flock
+                self._lock_fd = -1
 
     async def __aenter__(self) -> SegmentStore:
         return self
@@ -224,8 +239,20 @@ class SegmentStore:
         return out
 
 
-def _check_layout(data_dir: Path, count: int) -> None:
+def _lock_data_dir(data_dir: Path) -> int:
+    """Hold an exclusive flock on ``data_dir/LOCK`` (two stores on one directory would
+    corrupt it); the kernel drops it when the process dies, so a crash never leaves it held."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(str(data_dir), "is in use by another segment store") from None
+    return fd
+
+
+def _check_layout(data_dir: Path, count: int) -> None:
     path = data_dir / _LAYOUT_FILE
     if path.exists():
         layout = json.loads(path.read_text())

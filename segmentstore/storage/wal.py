@@ -12,23 +12,24 @@
 # * A file header is ``magic | index:u64 | first_seq:u64 | prev_valid_len:i64 | crc:u32``;
 #   ``prev_valid_len`` is where the previous file's records end (-1: no previous file). The
 #   header is fsynced (with the directory entry) before any record goes into the file.
-# * ``scan_file`` reads records back for recovery and stops at the first wrong length, CRC,
-#   type or sequence number, reporting where and why.
+# * Spare files: the next log files are zero-filled ahead of time (or recycled from log
+#   files a checkpoint made obsolete), so a batch overwrites allocated blocks and its
+#   fdatasync flushes data only. Recovery (recovery.py) therefore treats zeros, or an intact
+#   record with an older sequence number, after the last record as a clean end.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .api import FsyncMode
 from .crc import crc32c
-from .records import PREFIX, PREFIX_SIZE, RECORD_TYPES, SEQ_TYPE_SIZE
 
 MAGIC = b"SSWAL001"
 _HEADER = struct.Struct("<8sQQq")
@@ -51,6 +52,27 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, parts: Sequence[bytes | bytearray]) -> int:
+    """One writev per up to 1024 pieces (IOV_MAX), resuming after short writes."""
+    views = [memoryview(p) for p in parts]
+    total = 0
+    i = 0
+    while i < len(views):
+        n = os.writev(fd, views[i : i + 1024])
+        total += n
+        while n > 0:
+            v = views[i]
+            if n >= len(v):
+                n -= len(v)
+                i += 1
+            else:
+                views[i] = v[n:]
+                n = 0
+        while i < len(views) and not views[i]:
+            i += 1
+    return total
 
 
 def encode_header(index: int, first_seq: int, prev_valid_len: int) -> bytes:
@@ -80,7 +102,6 @@ class WalWriter:
         self._spares: list[Path] = []
         self._spare_lock = threading.Lock()
         self._preparing = False
-        self._spare_counter = 0
         self._abandoned: set[int] = set()
 
     def start(self, next_index: int, prev_valid_len: int) -> None:
@@ -122,8 +143,7 @@ class WalWriter:
             if self._preparing or len(self._spares) >= _SPARES:
                 return
             self._preparing = True
-            self._spare_counter += 1
-            path = self.dir / f"spare-{os.getpid()}-{self._spare_counter}.tmp"
+            path = self.dir / f"spare-{uuid.uuid4().hex}.tmp"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -186,21 +206,17 @@ class WalWriter:
         self._abandoned.add(self._index)
         self._index += 1
 
-    def write_batch(self, buf: bytes | bytearray, first_seq: int) -> float:
-        """Write ``buf`` (whole records, first one numbered ``first_seq``); returns sync seconds."""
+    def write_batch(self, parts: Sequence[bytes | bytearray], first_seq: int) -> float:
+        """Write ``parts`` (whole records, first numbered ``first_seq``); returns sync seconds."""
         if self._fd is None:
             self._open(first_seq)
         fd = self._fd
         assert fd is not None
         sync_s = 0.0
+        total = 0
         try:
             self._hook("wal.write")
-            view = memoryview(buf)
-            done = 0
-            total = len(view)
-            while done < total:
-                done += os.write(fd, view[done:])
-            view.release()
+            total = _write_all(fd, parts)
             if self.mode == "always" or (
                 self.mode == "interval" and time.monotonic() - self._last_sync >= self.interval_s
             ):
@@ -265,8 +281,7 @@ class WalWriter:
             recycle = info.index not in self._abandoned and info.size >= self.file_bytes
             with self._spare_lock:
                 if recycle and len(self._spares) < _SPARES:
-                    self._spare_counter += 1
-                    spare = self.dir / f"spare-{os.getpid()}-{self._spare_counter}.tmp"
+                    spare = self.dir / f"spare-{uuid.uuid4().hex}.tmp"
                     os.replace(info.path, spare)
                     self._spares.append(spare)
                 else:
@@ -308,62 +323,3 @@ def list_log_files(log_dir: Path) -> list[LogFileInfo]:
         infos.append(info)
     infos.sort(key=lambda i: i.index)
     return infos
-
-
-class ScanResult:
-    """Where a scan of one file stopped: ``good_end`` and, if it hit bad data, ``problem``.
-
-    A scan that ends at zeros (a pre-filled file) or at an intact record with an older
-    sequence number (a recycled file) ended cleanly: ``problem`` stays empty.
-    """
-
-    __slots__ = ("good_end", "next_seq", "problem", "records")
-
-    def __init__(self, good_end: int, next_seq: int) -> None:
-        self.good_end = good_end
-        self.next_seq = next_seq
-        self.problem = ""
-        self.records = 0
-
-
-def scan_file(
-    mm: mmap.mmap | bytes, end: int, expected_seq: int, result: ScanResult
-) -> Iterator[tuple[int, int, bytes]]:
-    """Yield ``(seq, type, record)`` for each good record in ``mm[HEADER_SIZE:end]``.
-
-    ``record`` is the record's bytes after the crc field (size, seq, type, body), so the body
-    starts at offset ``SEQ_TYPE_SIZE + 4``. ``expected_seq`` is the number the first record
-    must carry (-1: take the first record's). ``result`` is updated as the scan proceeds and
-    says, once the iterator is exhausted, where the good data ends and why it stopped.
-    """
-    pos = HEADER_SIZE
-    unpack_prefix = PREFIX.unpack_from
-    while pos < end:
-        if end - pos < PREFIX_SIZE:
-            result.problem = f"truncated record header at {pos} ({end - pos} bytes left)"
-            return
-        crc, size, seq, rtype = unpack_prefix(mm, pos)
-        if crc == 0 and size == 0:
-            return  # zero-filled remainder of a preallocated file: clean end
-        rec_end = pos + 8 + size
-        if size < SEQ_TYPE_SIZE or rec_end > end:
-            result.problem = f"bad record length {size} at {pos} (file ends at {end})"
-            return
-        rec = mm[pos + 4 : rec_end]
-        if crc32c(rec) != crc:
-            result.problem = f"CRC mismatch in record at {pos} (length {size})"
-            return
-        if rtype not in RECORD_TYPES:
-            result.problem = f"unknown record type {rtype} at {pos}"
-            return
-        if expected_seq >= 0 and seq != expected_seq:
-            if seq < expected_seq:
-                return  # an intact older record: the recycled file's previous life
-            result.problem = f"sequence gap at {pos}: expected {expected_seq}, found {seq}"
-            return
-        expected_seq = seq + 1
-        pos = rec_end
-        result.good_end = pos
-        result.next_seq = expected_seq
-        result.records += 1
-        yield seq, rtype, rec
