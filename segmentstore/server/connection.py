@@ -70,6 +70,7 @@ from ..storage import (
     AppendResult,
     BadAttributeUpdate,
     BadOffset,
+    InvalidOffset,
     ReadResult,
     SegmentNotFound,
     SegmentSealed,
@@ -436,6 +437,18 @@ class Connection(asyncio.Protocol):
         size = min(MAX_READ_BYTES, max(8, command.suggested_length))
         try:
             result = self.store.try_read(command.segment, command.offset, size)
+        except InvalidOffset as e:
+            # Past the end: a future read if the segment can still grow (reference 8.1).
+            try:
+                sealed = self.store.info(command.segment).sealed
+            except StorageError as gone:
+                self.fail(command, gone)
+                return
+            if sealed:
+                self.fail(command, e)
+            else:
+                self.spawn(self.read_segment(command))
+            return
         except StorageError as e:
             self.fail(command, e)
             return
@@ -455,22 +468,31 @@ class Connection(asyncio.Protocol):
             self.send(encode(SegmentRead(*args, command.request_id)))
 
     async def read_segment(self, command: ReadSegment) -> None:
+        """A read that needs the disk, or waits at (or past) the tail of an open segment."""
         segment, offset, rid = command.segment, command.offset, command.request_id
         size = min(MAX_READ_BYTES, max(8, command.suggested_length))
         store = self.store
         try:
-            result = await store.read(segment, offset, size)
-            if not result.data and result.at_tail:
+            info = store.info(segment)
+            if offset >= info.length and not info.sealed:
                 await store.wait_for_data(segment, offset, self.ctx.tail_read_timeout)
                 try:
-                    result = await store.read(segment, offset, size)
+                    info = store.info(segment)
                 except SegmentNotFound:
                     # Deleted while the read was parked: an empty tail read, as Java does.
                     self.reply(SegmentRead(segment, offset, True, False, b"", rid))
                     return
-                if not result.data and result.end_of_segment:
-                    self.reply(SegmentIsSealed(rid, segment, "", offset))
+                if offset >= info.length:
+                    if info.sealed and offset == info.length:
+                        self.reply(SegmentIsSealed(rid, segment, "", offset))
+                    elif info.sealed:
+                        self.fail(
+                            command, InvalidOffset(segment, f"read at {offset} beyond the end")
+                        )
+                    else:  # nothing arrived in time: an empty read at the tail
+                        self.reply(SegmentRead(segment, offset, True, False, b"", rid))
                     return
+            result = await store.read(segment, offset, size)
         except StorageError as e:
             self.fail(command, e)
             return
