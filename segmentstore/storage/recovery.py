@@ -146,17 +146,21 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
     expected = ckpt_seq + 1
     last_seq = ckpt_seq
     stop = False
+    # Nothing goes into a log file before its header is durable, so a newest file without a
+    # valid header was being created (or recycled) at the crash and holds no records: the
+    # file before it is then the last one, and bytes after its records are a torn tail.
+    last_with_records = len(infos) - 1
+    if infos and not infos[-1].header_ok:
+        last_with_records -= 1
     for i in range(start, len(infos)):
         info = infos[i]
-        is_last = i == len(infos) - 1
+        is_last = i >= last_with_records
         if stop:
             _discard(info)
             continue
         rec.next_log_index = info.index + 1
         if not info.header_ok:
-            if is_last:
-                # Nothing goes into a log file before its header is durable, so a newest
-                # file without a valid header was being created (or recycled) at the crash.
+            if i == len(infos) - 1:
                 log.info(
                     "recovery %s: removed log file %s cut off while being created",
                     label,
@@ -181,7 +185,7 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
             continue
         # A later file's header says where this one's records end (bytes after that are a
         # failed write, or the zeros / old records of a preallocated or recycled file).
-        nxt = infos[i + 1] if not is_last else None
+        nxt = infos[i + 1] if i + 1 < len(infos) else None
         claimed = nxt.prev_valid_len if nxt is not None and nxt.header_ok else -1
         end = min(claimed, info.size) if claimed >= 0 else info.size
         mtime_ms = int(os.stat(info.path).st_mtime * 1000)

@@ -35,7 +35,13 @@ MAGIC = b"SSWAL001"
 _HEADER = struct.Struct("<8sQQq")
 _HEADER_CRC = struct.Struct("<I")
 HEADER_SIZE = _HEADER.size + _HEADER_CRC.size
-_SPARES = 2  # ready-made log files kept in the pool
+_SPARES = 2  # ready-made log files kept in the pool (zero-filling tops it up to this)
+# Retired log files are recycled into the pool up to this many. Above _SPARES so that
+# recycling, not zero-filling, feeds the log: zero-filling a 64 MiB file costs about as
+# much CPU (the kernel's copy into the page cache) as writing it, and if it eagerly
+# refilled the pool to _SPARES, each checkpoint found the pool full and deleted the files
+# it retired (a 64 KiB-append benchmark zero-filled 19 files and recycled 1).
+_MAX_SPARES = 4
 
 FaultHook = Callable[[str], None]
 """Called with an operation name ("wal.open", "wal.write", "wal.fsync", "chunk.write", ...)
@@ -103,13 +109,15 @@ class WalWriter:
         self._spare_lock = threading.Lock()
         self._preparing = False
         self._abandoned: set[int] = set()
+        # Full log files closed by ``_roll``: the next checkpoints retire them into the pool.
+        self._rolled: set[int] = set()
 
     def start(self, next_index: int, prev_valid_len: int) -> None:
         """Continue after recovery: the next batch opens file ``next_index``."""
         self._index = next_index
         self._prev_valid = prev_valid_len
         for path in self.dir.glob("spare-*.tmp"):
-            if path.stat().st_size >= self.file_bytes and len(self._spares) < _SPARES:
+            if path.stat().st_size >= self.file_bytes and len(self._spares) < _MAX_SPARES:
                 self._spares.append(path)
             else:
                 path.unlink()
@@ -130,7 +138,10 @@ class WalWriter:
     @property
     def spare_wanted(self) -> bool:
         """True when the pool of ready log files is low (call ``prepare_spare`` off-loop)."""
-        return len(self._spares) < _SPARES and not self._preparing
+        have = len(self._spares)
+        # Files the next checkpoint will recycle count too: zero-fill only what recycling
+        # will not supply, and always keep one file ready.
+        return not self._preparing and (have < 1 or have + len(self._rolled) < _SPARES)
 
     def prepare_spare(self) -> None:
         """Zero-fill a future log file (runs in a worker thread, not the log thread).
@@ -250,6 +261,7 @@ class WalWriter:
             self._fd = None
             os.close(fd)
             self._prev_valid = self._pos
+            self._rolled.add(self._index)
             self._index += 1
 
     def sync(self) -> None:
@@ -280,7 +292,7 @@ class WalWriter:
                 continue
             recycle = info.index not in self._abandoned and info.size >= self.file_bytes
             with self._spare_lock:
-                if recycle and len(self._spares) < _SPARES:
+                if recycle and len(self._spares) < _MAX_SPARES:
                     spare = self.dir / f"spare-{uuid.uuid4().hex}.tmp"
                     os.replace(info.path, spare)
                     self._spares.append(spare)
@@ -288,6 +300,7 @@ class WalWriter:
                     info.path.unlink(missing_ok=True)
             self._abandoned.discard(info.index)
             removed += 1
+        self._rolled = {i for i in self._rolled if i >= index}
         return removed
 
 

@@ -192,6 +192,36 @@ async def test_log_file_torn_during_creation_is_dropped(
         assert s.info("seg").length == 37
 
 
+async def test_recycled_file_tail_before_a_headerless_newest_file(
+    tmp_path: Path, crash_copy: Callable[[Path], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Crash right after rolling onto a recycled log file, before its header was durable.
+
+    The file rolled from holds stale records of its previous life after its last good
+    record (a recycled file is not zeroed), and no later header says where its records
+    end. Its stale tail is a torn tail, not corruption: recovery must keep every record
+    before it, log a warning, not an error, and drop the header-less newest file.
+    """
+    copy = await _write_events(tmp_path / "live", crash_copy, 3)
+    log_dir = copy / "container-0000" / "log"
+    newest = _only_log_file(copy)
+    raw = bytearray(newest.read_bytes())
+    end = raw.index(b"event-0002;") + len(b"event-0002;")
+    stale = bytes(range(7, 250)) * 8  # leftovers of an older log, not zeros
+    raw[end : end + len(stale)] = stale
+    newest.write_bytes(bytes(raw))
+    (log_dir / f"{int(newest.stem) + 1:016d}.log").write_bytes(b"SSWAL0")  # half a header
+    caplog.set_level(logging.WARNING, logger="segmentstore.storage")
+    async with await SegmentStore.open(small_config(copy)) as s:
+        assert s.info("seg").length == 33
+        assert s.get_attribute("seg", W) == 2
+        await s.append("seg", b"more")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("torn tail" in r.getMessage() for r in caplog.records)
+    async with await SegmentStore.open(small_config(copy)) as s:
+        assert s.info("seg").length == 37
+
+
 async def test_corrupt_checkpoint_refuses_to_open(tmp_path: Path) -> None:
     cfg = small_config(tmp_path)
     async with await SegmentStore.open(cfg) as s:
