@@ -49,7 +49,7 @@ from .errors import (
     WrongHost,
 )
 from .position import Position
-from .reader import Event, EventReader
+from .reader import Event, EventReader, ReadChunk
 from .table import MUST_NOT_EXIST, Table, TableChanges, TableEntry, TableKeyVersion
 from .writer import Ack, EventWriter, writer_uuid
 
@@ -80,6 +80,7 @@ __all__ = [
     "NoSuchSegment",
     "OperationUnsupported",
     "Position",
+    "ReadChunk",
     "SegmentAlreadyExists",
     "SegmentInfo",
     "SegmentSealed",

@@ -11,17 +11,19 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Final
 
 from .admin import AdminClient
 from .connection import ConnectionOptions, Endpoint
 from .errors import ClientClosed
 from .position import Position
-from .reader import EventReader
+from .reader import EventReader, ReadChunk, read_segment
 from .table import Table
 from .writer import EventWriter
 
 log = logging.getLogger("segmentstore_client")
+
+_MAX_READ_LENGTH: Final = 16 * 1024 * 1024
 
 
 class Client(AdminClient):
@@ -141,6 +143,35 @@ class Client(AdminClient):
                 print(event.data)
         """
         return EventReader(self, segment, offset, follow=follow, read_size=read_size)
+
+    async def read_bytes(self, segment: str, offset: int, length: int) -> ReadChunk:
+        """Up to ``length`` raw bytes of ``segment`` from ``offset`` (any offset, not only
+        event boundaries), without parsing events: one ``ReadSegment`` over the pooled
+        connections.
+
+        The server may answer with fewer bytes (it cuts reads at its maximum read size
+        and at the end of what it has). At or past the end of an open segment it holds
+        the read until data arrives or its tail-read timeout passes (10 s by default),
+        then answers with an empty chunk with ``at_tail`` set; a sealed segment's end
+        reads as an empty chunk with ``end_of_segment`` set. Lost connections and
+        WrongHost are retried like the reader's reads; errors are the reader's:
+        :class:`NoSuchSegment`, :class:`SegmentTruncated` (``start_offset`` is the first
+        readable offset), ...
+
+        Example::
+
+            chunk = await client.read_bytes("orders/0", 0, 4096)
+            print(chunk.data[:8], chunk.next_offset, chunk.at_tail)
+        """
+        if offset < 0:
+            raise ValueError("offset must not be negative")
+        if not 1 <= length <= _MAX_READ_LENGTH:
+            raise ValueError(f"length must be within 1..{_MAX_READ_LENGTH}")
+        reply = await read_segment(self, segment, offset, length)
+        data = reply.data if type(reply.data) is bytes else bytes(reply.data)
+        if len(data) > length:  # the server rounds tiny reads up to a record header
+            return ReadChunk(offset, data[:length], False, False)
+        return ReadChunk(offset, data, reply.at_tail, reply.end_of_segment)
 
     def table(self, name: str) -> Table:
         """A handle on the table ``name`` (no request is sent until it is used).

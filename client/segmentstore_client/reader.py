@@ -18,6 +18,7 @@ import logging
 import struct
 from collections import deque
 from collections.abc import AsyncIterator, Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from .connection import Backoff, next_request_id
@@ -34,6 +35,7 @@ from .position import Position
 from .protocol import ReadSegment, SegmentRead
 
 if TYPE_CHECKING:
+    from .admin import AdminClient
     from .client import Client
 
 log = logging.getLogger("segmentstore_client")
@@ -80,6 +82,79 @@ class Event:
 
     def __hash__(self) -> int:
         return hash((self.offset, self.data))
+
+
+@dataclass(frozen=True, slots=True)
+class ReadChunk:
+    """Raw bytes of a segment from one read (:meth:`Client.read_bytes`): no event
+    parsing, so ``offset`` need not be an event boundary.
+
+    ``data`` starts at ``offset``; ``at_tail`` means the server had no bytes beyond it
+    when it answered; ``end_of_segment`` means the segment is sealed and nothing follows
+    ``data``.
+
+    Example::
+
+        chunk = await client.read_bytes("orders/0", 0, 8)
+        kind, length = struct.unpack(">ii", chunk.data)   # the first event's header
+    """
+
+    offset: int
+    data: bytes
+    at_tail: bool
+    end_of_segment: bool
+
+    @property
+    def next_offset(self) -> int:
+        """Offset of the byte after ``data`` (where the next read continues).
+
+        Example: ``chunk = await client.read_bytes(seg, chunk.next_offset, 4096)``
+        """
+        return self.offset + len(self.data)
+
+
+async def read_segment(
+    client: AdminClient, segment: str, offset: int, length: int, timeout: float | None = None
+) -> SegmentRead:
+    """One ``ReadSegment`` over the client's pooled connections: lost connections,
+    timeouts and WrongHost are retried with backoff (reads are idempotent) until the
+    reconnect timeout; an error reply raises its named exception (:class:`NoSuchSegment`,
+    :class:`SegmentTruncated` with ``start_offset``, ...), except that a sealed segment
+    reads as its end (an empty reply with ``end_of_segment`` set). ``timeout`` as in
+    :meth:`Connection.call` (0: wait forever, for tail reads). The reply may be empty: a
+    tail read the server held for its hold time, or one cancelled by a delete.
+
+    Example::
+
+        reply = await read_segment(client, "orders/0", 0, 1 << 20)
+    """
+    backoff: Backoff | None = None
+    while True:
+        try:
+            conn = await client._pool.acquire()
+            rid = next_request_id()
+            request = ReadSegment(segment, offset, length, client.options.delegation_token, rid)
+            reply = await conn.call(request, rid, timeout)
+        except (ConnectionLost, Timeout) as e:
+            backoff = backoff or Backoff(client.options)
+            log.info("read of %r at %d failed (%s); retrying", segment, offset, e)
+            await backoff.wait(e)
+            continue
+        if type(reply) is SegmentRead:
+            if reply.offset != offset:
+                raise UnexpectedReply(
+                    f"read at {offset} answered for offset {reply.offset}", segment, reply
+                )
+            return reply
+        error = error_from_reply(reply)
+        if isinstance(error, SegmentSealed):
+            return SegmentRead(segment, offset, False, True, b"", rid)
+        if isinstance(error, WrongHost):
+            conn.close("answered WrongHost")
+            backoff = backoff or Backoff(client.options)
+            await backoff.wait(error)
+            continue
+        raise error
 
 
 class EventReader:
@@ -295,56 +370,25 @@ class EventReader:
             self._end = info.length
             if offset >= self._end:
                 return None
-        backoff: Backoff | None = None
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            try:
-                conn = await client._pool.acquire()
-                rid = next_request_id()
-                request = ReadSegment(
-                    self.segment,
-                    offset,
-                    self._read_size,
-                    client.options.delegation_token,
-                    rid,
-                )
-                reply = await conn.call(request, rid, 0 if self.follow else None)
-            except (ConnectionLost, Timeout) as e:
-                backoff = backoff or Backoff(client.options)
-                log.info("%r: read at %d failed (%s); retrying", self, offset, e)
-                await backoff.wait(e)
-                continue
-            if type(reply) is SegmentRead:
-                if reply.offset != offset:
-                    raise UnexpectedReply(
-                        f"read at {offset} answered for offset {reply.offset}",
-                        self.segment,
-                        reply,
-                    )
-                if len(reply.data) or reply.end_of_segment:
-                    return reply
-                # An empty reply: a tail read the server held for its hold time, or a
-                # read cancelled by a delete. Ask again, pacing replies that come back
-                # at once so a server that does not park reads cannot make us spin.
-                if not self.follow:
-                    info = await client.segment_info(self.segment)
-                    self._end = info.length
-                    if offset >= self._end:
-                        return None
-                if loop.time() - started < 0.05:
-                    self._empty_streak += 1
-                    await asyncio.sleep(min(1.0, 0.01 * 2 ** min(self._empty_streak, 7)))
-                continue
-            error = error_from_reply(reply)
-            if isinstance(error, SegmentSealed):
-                return SegmentRead(self.segment, offset, False, True, b"", rid)
-            if isinstance(error, WrongHost):
-                conn.close("answered WrongHost")
-                backoff = backoff or Backoff(client.options)
-                await backoff.wait(error)
-                continue
-            raise error
+            reply = await read_segment(
+                client, self.segment, offset, self._read_size, 0 if self.follow else None
+            )
+            if len(reply.data) or reply.end_of_segment:
+                return reply
+            # An empty reply: a tail read the server held for its hold time, or a read
+            # cancelled by a delete. Ask again, pacing replies that come back at once so
+            # a server that does not park reads cannot make us spin.
+            if not self.follow:
+                info = await client.segment_info(self.segment)
+                self._end = info.length
+                if offset >= self._end:
+                    return None
+            if loop.time() - started < 0.05:
+                self._empty_streak += 1
+                await asyncio.sleep(min(1.0, 0.01 * 2 ** min(self._empty_streak, 7)))
 
     def _parse(self, data: bytes) -> None:
         """Turn contiguous segment bytes into events, keeping an incomplete record."""

@@ -27,14 +27,14 @@ import threading
 import uuid
 from collections.abc import Coroutine, Iterable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from .admin import AttributeId, SegmentInfo, TableInfo
 from .client import Client
 from .client import connect as async_connect
 from .errors import Timeout, WriterClosed
 from .position import Position
-from .reader import Event, EventReader
+from .reader import Event, EventReader, ReadChunk
 from .table import Key, Table, TableChanges, TableEntry, TableKeyVersion, Value
 from .writer import Ack, EventWriter
 
@@ -98,6 +98,18 @@ class _LoopThread:
             self.thread.join(10)
 
 
+_ONLY_BYTES: Final = frozenset({bytes})
+
+
+def _copy(data: object) -> bytes:
+    """An event as immutable bytes (a copy of a mutable buffer the caller may reuse)."""
+    if type(data) is bytes:
+        return data
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"an event is bytes, not {type(data).__name__}")
+
+
 class SyncAck:
     """Blocking acknowledgement of :meth:`SyncEventWriter.write` (shared by the events
     handed over together).
@@ -150,12 +162,13 @@ class _Run:
     """Events handed over together: auto-numbered, numbered from ``first``, or one
     conditional append."""
 
-    __slots__ = ("ack", "expected_offset", "first", "payloads")
+    __slots__ = ("ack", "expected_offset", "first", "payloads", "size")
 
     def __init__(self, first: int | None, expected_offset: int | None = None) -> None:
         self.first = first
         self.expected_offset = expected_offset
         self.payloads: list[bytes] = []
+        self.size = 0  # record bytes (8-byte header + payload) of the payloads
         self.ack = SyncAck()
 
 
@@ -229,9 +242,7 @@ class SyncEventWriter:
             w.write(b"next", event_number=42)
         """
         if type(data) is not bytes:
-            if not isinstance(data, bytes | bytearray | memoryview):
-                raise TypeError(f"an event is bytes, not {type(data).__name__}")
-            data = bytes(data)
+            data = _copy(data)
         size = len(data) + 8
         with self._lock:
             if self._error is not None:
@@ -260,6 +271,7 @@ class SyncEventWriter:
                 run = _Run(event_number)
                 runs.append(run)
             run.payloads.append(data)
+            run.size += size
             self._bytes += size
             if not self._kicked:
                 self._kicked = True
@@ -276,10 +288,9 @@ class SyncEventWriter:
 
             w.write_many(payloads, first_event_number=1).wait()
         """
-        payloads = [
-            e if type(e) is bytes else bytes(e)  # copy mutable buffers
-            for e in events
-        ]
+        payloads = list(events)
+        if set(map(type, payloads)) - _ONLY_BYTES:
+            payloads = [_copy(e) for e in payloads]  # copy mutable buffers
         size = sum(map(len, payloads)) + 8 * len(payloads)
         with self._lock:
             if self._error is not None:
@@ -305,6 +316,7 @@ class SyncEventWriter:
                 run = _Run(first_event_number)
                 runs.append(run)
             run.payloads.extend(payloads)
+            run.size += size
             self._bytes += size
             if not self._kicked:
                 self._kicked = True
@@ -374,7 +386,6 @@ class SyncEventWriter:
                         return
                     self._runs = []
                 for run in runs:
-                    size = sum(map(len, run.payloads)) + 8 * len(run.payloads)
                     try:
                         if run.expected_offset is not None:
                             ack = await self._writer.write(
@@ -393,7 +404,7 @@ class SyncEventWriter:
                         return
                     run.ack._follow(ack)
                     with self._lock:
-                        self._bytes -= size
+                        self._bytes -= run.size
                         self._space.notify_all()
 
     def _poison(self, error: BaseException, run: _Run, runs: list[_Run]) -> None:
@@ -684,6 +695,17 @@ class SyncClient:
         """
         r = self._client.reader(segment, offset, follow=follow, read_size=read_size)
         return SyncEventReader(self._lt, r)
+
+    def read_bytes(self, segment: str, offset: int, length: int) -> ReadChunk:
+        """Up to ``length`` raw bytes of ``segment`` from ``offset``, no event parsing
+        (see :meth:`Client.read_bytes`).
+
+        Example::
+
+            chunk = client.read_bytes("orders/0", 0, 8)
+            kind, length = struct.unpack(">ii", chunk.data)
+        """
+        return self._lt.run(self._client.read_bytes(segment, offset, length))
 
     def table(self, name: str) -> SyncTable:
         """A blocking table handle (see :meth:`Client.table`).

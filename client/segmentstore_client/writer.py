@@ -8,12 +8,24 @@ server's cumulative DataAppended(N) acknowledges every block whose last number i
 Several blocks are in flight at once; the bytes a writer holds (open batch + unacked
 blocks) are bounded, and ``write`` waits when the bound is reached.
 
+Grouping rule: one append never holds events whose numbers are not consecutive. An
+event whose number does not follow the previous event's number by exactly one closes
+the open batch and starts a new one, so events numbered with gaps (1, 3, 5, ...) each
+go to the server as their own append. The server de-duplicates per append (it keeps an
+append only if its last number exceeds the last number it holds for the writer id), so
+with gapped numbering that check is exact per event even when two writers with the same
+id (e.g. speculative attempts of a Spark task) send the same events at the same time.
+
 Exactly-once: the server stores the writer's last event number atomically with the data
 (an attribute keyed by the writer id) and returns it in AppendSetup. After every
 (re)connect the writer acknowledges locally whatever the server already has (numbers <=
 N) and resends the rest in order, with their original numbers. A writer created again
 with the same id after a crash does the same for events it is given again with the same
-numbers (``first_event_number=`` or ``event_number=``).
+numbers (``write(data, event_number=n)``, ``write_many(events, first_event_number=n)``,
+or ``first_event_number=`` on the writer, which numbers its events from there). Numbers
+are judged only once the session is set up (the first write waits for AppendSetup): a
+number the server already holds is acknowledged without being sent, whatever the writer
+accepted before; every other number must exceed the last number accepted for sending.
 """
 
 from __future__ import annotations
@@ -245,6 +257,9 @@ class EventWriter:
         self._reconnect_task: asyncio.Task[None] | None = None
         # the open batch: events numbered _base + 1 .. _base + len(_payloads)
         self._payloads: list[bytes] = []
+        # their lengths, while every one came through _write_chunk (write() does not
+        # record them: a shorter list means "compute them when sealing")
+        self._sizes: list[int] = []
         self._batch_bytes = 0
         self._base = 0
         self._batch_fut: asyncio.Future[None] | None = None
@@ -385,7 +400,8 @@ class EventWriter:
 
     def abort(self) -> None:
         """Stop at once: unacknowledged events fail with :class:`WriterClosed` (the server
-        may still have some of them).
+        may still have some of them). Being deliberate, it is logged at DEBUG only (an
+        unexpected failure of the writer is logged at WARNING).
 
         Example::
 
@@ -393,7 +409,7 @@ class EventWriter:
         """
         if self._state is not _State.CLOSED:
             error = WriterClosed(f"writer for {self.segment!r} was aborted")
-            self._fail(error)
+            self._fail(error, deliberate=True)
             self._shutdown(error)
             self._state = _State.CLOSED
 
@@ -410,8 +426,16 @@ class EventWriter:
 
         ``write`` waits only when the writer already holds ``max_buffered_bytes`` (so a
         fast producer cannot outrun the server). Await the ack for durability.
-        ``event_number`` sets this event's number (it must exceed the previous one); an
-        event whose number the server already has is acknowledged without sending.
+
+        ``event_number`` sets this event's number. A number the server already holds for
+        this writer id (at most its last number from AppendSetup, or acknowledged since)
+        is acknowledged at once without sending: that is how a writer created again after
+        a crash replays its events without duplicates. Any other number must exceed the
+        last number accepted for sending (else ``ValueError``). The first write of a new
+        writer waits for the session's setup, so the judgement never guesses. An event
+        whose number does not follow the previous one's by exactly one starts a new
+        append: events numbered with gaps are never batched together.
+
         ``expected_offset`` makes a conditional append: it lands only if the segment's
         length equals that offset, else its ack raises :class:`ConditionalCheckFailed`.
 
@@ -419,6 +443,7 @@ class EventWriter:
 
             ack = await writer.write(b'{"id": 1}')
             await ack
+            await writer.write(b"replayed", event_number=1)  # held already: acked at once
         """
         if event_number is not None or expected_offset is not None or not self._fast:
             return await self._write_slow(data, event_number, expected_offset)
@@ -446,15 +471,21 @@ class EventWriter:
         """Queue many events at once (the fastest way to write); returns the Ack of the
         last one, which, acks being cumulative, covers them all.
 
-        ``first_event_number`` numbers the events ``n, n + 1, ...`` (for replaying the
-        same events after a crash: those the server has are acknowledged locally).
+        ``first_event_number`` numbers the events ``n, n + 1, ...``, judged as
+        :meth:`write` judges ``event_number``: those the server already holds are
+        acknowledged without sending (replaying the same events after a crash writes
+        nothing twice), the rest must be numbered above the last number accepted before.
+        The events of one call have consecutive numbers, so they are batched into as few
+        appends as ``block_size`` allows (after a gap from the previous call's numbers,
+        starting a new append).
 
         Example::
 
             ack = await writer.write_many(json.dumps(r).encode() for r in rows)
             await ack
+            await writer.write_many(replayed, first_event_number=1)  # a re-created writer
         """
-        if self._state is _State.NEW:
+        if self._state is _State.NEW or self._state is _State.STARTING:
             await self.start()
         self._check()
         ack = None
@@ -464,11 +495,11 @@ class EventWriter:
             chunk = list(itertools.islice(it, 8192))
             if not chunk:
                 break
+            chunk_ack = await self._write_chunk(chunk, next_number)
+            if chunk_ack is not None:
+                ack = chunk_ack
             if next_number is not None:
-                ack = await self._write_numbered(chunk, next_number)
                 next_number += len(chunk)
-            else:
-                ack = await self._write_chunk(chunk)
         if ack is None:
             ack = self._batch_ack if self._payloads and self._batch_ack else self._last_ack()
         return ack
@@ -551,12 +582,14 @@ class EventWriter:
         """Close the open batch into a block and send it if the session allows."""
         payloads = self._payloads
         count = len(payloads)
+        sizes = self._sizes if len(self._sizes) == count else list(map(len, payloads))
         size = self._batch_bytes
         fut = self._batch_fut
         assert fut is not None
         first = self._base + 1
         last = self._base + count
         self._payloads = []
+        self._sizes = []
         self._batch_bytes = 0
         self._base = last
         self._batch_fut = None
@@ -567,12 +600,13 @@ class EventWriter:
         if first <= self._acked:  # the server already has some (it told us at setup)
             skip = min(count, self._acked - first + 1)
             payloads = payloads[skip:]
+            sizes = sizes[skip:]
             count -= skip
             if not count:
                 _resolve(fut)
                 return
-            size = sum(map(len, payloads)) + 8 * count
-        frame = self._frame(payloads, size, count, last)
+            size = sum(sizes) + 8 * count
+        frame = self._frame(payloads, sizes, size, last)
         block = _Block(last, count, frame, size, fut)
         self._held += size
         if self._state is _State.OPEN and not self._unsent and not self._blocked():
@@ -585,10 +619,13 @@ class EventWriter:
         else:
             self._unsent.append(block)
 
-    def _frame(self, payloads: list[bytes], size: int, count: int, last: int) -> bytes:
+    def _frame(self, payloads: list[bytes], sizes: list[int], size: int, last: int) -> bytes:
+        """One AppendBlockEnd frame of ``payloads`` (``sizes`` their lengths, ``size``
+        their record bytes), built with one join."""
+        count = len(payloads)
         parts: list[bytes] = [b""] * (2 * count + 2)
         parts[0] = _ABE_HEAD.pack(4, 44 + size, self._wid, size, size)
-        parts[1 : 2 * count : 2] = map(_event_header, map(len, payloads))
+        parts[1 : 2 * count : 2] = map(_event_header, sizes)
         parts[2 : 2 * count + 1 : 2] = payloads
         parts[-1] = _ABE_TAIL.pack(count, last, self._rid)
         return b"".join(parts)
@@ -613,72 +650,86 @@ class EventWriter:
         if frames:
             conn.writelines(frames)
 
-    async def _write_chunk(self, chunk: list[bytes]) -> Ack | None:
-        """Append a chunk of auto-numbered events, sealing blocks as they fill."""
+    async def _write_chunk(self, chunk: list[bytes], first: int | None) -> Ack | None:
+        """Accept a chunk of events numbered ``first, first + 1, ...`` (None: each after
+        the last number accepted), sealing blocks as they fill. Returns the ack of the
+        last event accepted for sending (None if the server held them all).
+
+        Events the server already holds (numbers <= ``_acked``) are acknowledged locally;
+        the others must be numbered above the last accepted one; a gap in the numbers
+        seals the open batch first, so a block only ever holds consecutive numbers.
+        """
         if set(map(type, chunk)) != _ONLY_BYTES:
             chunk = [_as_bytes(p) for p in chunk]
-        if not self._fast:
-            ack: Ack | None = None
-            for p in chunk:
-                ack = await self.write(p)
-            return ack
         sizes = list(map(len, chunk))
-        if max(sizes) > MAX_EVENT_SIZE:
-            raise EventTooLarge(f"an event exceeds the {MAX_EVENT_SIZE}-byte maximum")
-        cum = list(itertools.accumulate(map(add, sizes, itertools.repeat(8))))
         n = len(chunk)
+        rest = sum(sizes)  # no event can be larger than all of them together
+        if rest > MAX_EVENT_SIZE and max(sizes) > MAX_EVENT_SIZE:
+            raise EventTooLarge(
+                f"event of {max(sizes)} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum"
+            )
+        rest += 8 * n  # record bytes (header + payload) of events i..n-1
         i = 0
-        ack = None
+        ack: Ack | None = None
         block_size = self._block_size
+        # Every pass accepts or acknowledges at least one event (i grows), except a pass
+        # that seals a batch of already-durable events, after which the batch is empty.
         while i < n:
+            if self._state is _State.NEW or self._state is _State.STARTING:
+                await self.start()  # judge numbers against what the server holds
             self._check()
-            if not self._fast:  # the session changed under us (e.g. a skip at reconnect)
-                for p in chunk[i:]:
-                    ack = await self.write(p)
-                return ack
+            last = self._base + len(self._payloads)
+            number = last + 1 if first is None else first + i
+            if number <= self._acked:
+                # The server already holds these (a writer replaying after a crash).
+                if first is None and self._payloads:
+                    self._seal()  # its events are durable too: sealing acknowledges them
+                    continue
+                k = min(n - i, self._acked - number + 1)
+                rest -= sum(sizes[i : i + k]) + 8 * k
+                i += k
+                if not self._payloads and number + k - 1 > self._base:
+                    self._base = number + k - 1
+                continue
+            if number <= last:
+                raise ValueError(
+                    f"event numbers must increase: {number} follows {last} "
+                    f"on writer {self.writer_id}"
+                )
+            if number != last + 1:
+                # A gap: these events never share an append with the ones before.
+                if self._payloads:
+                    self._seal()
+                self._base = number - 1
             if not self._payloads:
                 self._begin_batch()
-            before = cum[i - 1] if i else 0
-            j = bisect_left(cum, before + block_size - self._batch_bytes, i)
-            j = min(j + 1, n)
-            self._payloads.extend(chunk[i:j])
-            self._batch_bytes += cum[j - 1] - before
+            j, added = _cut(sizes, i, block_size - self._batch_bytes, rest)
+            if j - i == n:
+                self._payloads.extend(chunk)
+                self._sizes.extend(sizes)
+            else:
+                self._payloads.extend(chunk[i:j])
+                self._sizes.extend(sizes[i:j])
+            self._batch_bytes += added
+            rest -= added
             ack = self._batch_ack
             if self._batch_bytes >= block_size:
                 self._seal()
             if self._held + self._batch_bytes > self._max_buffered:
                 await self._wait_room()
             i = j
-        return ack
-
-    async def _write_numbered(self, chunk: list[bytes], first: int) -> Ack | None:
-        skip = self._acked - first + 1
-        if skip > 0:  # the server already has these: acknowledge them locally
-            skip = min(skip, len(chunk))
-            chunk = chunk[skip:]
-            first += skip
-            if not chunk:
-                if not self._payloads and first - 1 > self._base:
-                    self._base = first - 1
-                self._update_fast()
-                assert self._done_ack is not None
-                return self._done_ack
-        last_assigned = self._base + len(self._payloads)
-        if first <= last_assigned:
-            raise ValueError(
-                f"event numbers must increase: {first} follows {last_assigned} "
-                f"on writer {self.writer_id}"
-            )
-        if first != last_assigned + 1:
-            if self._payloads:
-                self._seal()
-            self._base = first - 1
         self._update_fast()
-        return await self._write_chunk(chunk)
+        return ack
 
     async def _write_slow(
         self, data: bytes, event_number: int | None, expected_offset: int | None
     ) -> Ack:
+        if expected_offset is None:
+            ack = await self._write_chunk([data], event_number)
+            if ack is None:  # the server held it already
+                assert self._done_ack is not None
+                return self._done_ack
+            return ack
         if self._state is _State.NEW or self._state is _State.STARTING:
             await self.start()
         self._check()
@@ -700,24 +751,7 @@ class EventWriter:
             raise ValueError(
                 f"event numbers must increase: {number} follows {last} on writer {self.writer_id}"
             )
-        if number != last + 1:
-            if self._payloads:
-                self._seal()
-            self._base = number - 1
-        if expected_offset is not None:
-            return await self._write_conditional(data, number, expected_offset)
-        self._update_fast()
-        if not self._payloads:
-            self._begin_batch()
-        self._payloads.append(data)
-        self._batch_bytes += len(data) + 8
-        ack = self._batch_ack
-        assert ack is not None
-        if self._batch_bytes >= self._block_size:
-            self._seal()
-        if self._held + self._batch_bytes > self._max_buffered:
-            await self._wait_room()
-        return ack
+        return await self._write_conditional(data, number, expected_offset)
 
     async def _write_conditional(self, data: bytes, number: int, expected_offset: int) -> Ack:
         if self._payloads:
@@ -910,27 +944,35 @@ class EventWriter:
         mv = memoryview(block.frame)[_ABE_HEAD_SIZE : len(block.frame) - _ABE_TAIL_SIZE]
         pos = 0
         payloads: list[bytes] = []
+        sizes: list[int] = []
         for i in range(block.count):
             _, length = _EVENT_HEADER.unpack_from(mv, pos)
             if i >= skip:
                 payloads.append(bytes(mv[pos + 8 : pos + 8 + length]))
+                sizes.append(length)
             pos += 8 + length
         count = len(payloads)
-        size = sum(map(len, payloads)) + 8 * count
+        size = sum(sizes) + 8 * count
         freed = block.size - size
-        block.frame = self._frame(payloads, size, count, block.last)
+        block.frame = self._frame(payloads, sizes, size, block.last)
         block.count = count
         block.size = size
         return freed
 
-    def _fail(self, error: BaseException) -> None:
-        """The writer cannot continue: fail every unacknowledged event with ``error``."""
+    def _fail(self, error: BaseException, *, deliberate: bool = False) -> None:
+        """The writer cannot continue: fail every unacknowledged event with ``error``.
+
+        ``deliberate`` (an :meth:`abort`) logs at DEBUG; an unexpected failure at WARNING.
+        """
         if self._state in (_State.FAILED, _State.CLOSED):
             return
         self._state = _State.FAILED
         self._fast = False
         self._error = error
-        log.warning("%r failed: %s", self, error)
+        if deliberate:
+            log.debug("%r aborted: %s", self, error)
+        else:
+            log.warning("%r failed: %s", self, error)
         for q in (self._inflight, self._unsent):
             for block in q:
                 _reject(block.fut, error)
@@ -939,6 +981,7 @@ class EventWriter:
         if self._batch_fut is not None:
             _reject(self._batch_fut, error)
         self._payloads = []
+        self._sizes = []
         self._batch_bytes = 0
         self._batch_fut = None
         self._batch_ack = None
@@ -965,6 +1008,38 @@ class EventWriter:
         self._room.set()
         self._detach()
         self._client._forget_writer(self)
+
+
+def _cut(sizes: list[int], i: int, room: int, rest: int) -> tuple[int, int]:
+    """Where the open batch's block fills: ``(j, added)`` with ``j`` the end of the
+    fewest events from ``i`` whose records (8-byte header + payload, ``added`` bytes in
+    all) reach ``room`` bytes, or the end of ``sizes`` if all of them (``rest`` bytes)
+    do not.
+
+    Events of a stream mostly have similar sizes, so a guess from the average record
+    size is usually within a few events of the cut: sum the guess (in C), step to the
+    exact cut, and fall back to prefix sums after 64 steps.
+
+    Example: ``_cut([100] * 10, 0, 300, 1080) == (3, 324)``
+    """
+    n = len(sizes)
+    if rest < room:
+        return n, rest
+    # rest >= room: the cut exists, so while got < room there is an event at j to add.
+    j = min(n, i + max(1, int(room * (n - i) / rest)))
+    got = sum(sizes[i:j]) + 8 * (j - i)
+    for _ in range(64):
+        if got < room:
+            got += sizes[j] + 8
+            j += 1
+        elif j - i > 1 and got - sizes[j - 1] - 8 >= room:
+            j -= 1
+            got -= sizes[j] + 8
+        else:
+            return j, got
+    cum = list(itertools.accumulate(map(add, sizes[i:], itertools.repeat(8))))
+    k = bisect_left(cum, room)
+    return i + k + 1, cum[k]
 
 
 def _as_bytes(data: object) -> bytes:

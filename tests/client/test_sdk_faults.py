@@ -69,6 +69,32 @@ async def test_reader_through_a_cutting_proxy(module_server: ServerProcess, segm
     assert_exactly_once(got, N)
 
 
+async def test_read_bytes_through_a_cutting_proxy(
+    module_server: ServerProcess, segment: str
+) -> None:
+    async with sc.connect(module_server.endpoint) as client:
+        await client.create_segment(segment)
+        async with client.writer(segment) as w:
+            await w.write_many(payload(i) for i in range(1, 20_001))
+        length = (await client.segment_info(segment)).length
+    expected = b"".join(b"\x00\x00\x00\x00\x00\x00\x00\x64" + payload(i) for i in range(1, 20_001))
+    assert len(expected) == length
+    async with ChaosProxy(
+        module_server.host, module_server.port, max_cuts=8, cut_after=(20_000, 200_000), seed=5
+    ) as proxy:
+        async with sc.connect(proxy.endpoint, reconnect_timeout=20) as client:
+            parts: list[bytes] = []
+            offset = 0
+            for _ in range(length // 1000 + 10):  # 1000 bytes asked per read
+                if offset >= length:
+                    break
+                chunk = await client.read_bytes(segment, offset, 1000)
+                parts.append(chunk.data)
+                offset = chunk.next_offset
+        assert proxy.cuts >= 3, proxy.cuts
+    assert b"".join(parts) == expected
+
+
 async def test_sigkilled_writer_restarted_leaves_no_duplicates(
     module_server: ServerProcess, segment: str
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 
@@ -206,6 +207,36 @@ async def test_truncation_is_reported_clearly(client: sc.Client, segment: str) -
     assert info.value.start_offset == cut and not info.value.retriable
     reader.seek(info.value.start_offset)
     assert [e.data async for e in reader] == [payload(i) for i in range(50, 100)]
+
+
+async def test_read_bytes(client: sc.Client, segment: str) -> None:
+    await client.create_segment(segment)
+    events = [b"a" * 10, b"b" * 20, b"c" * 30]
+    async with client.writer(segment) as w:
+        await w.write_many(events)
+    records = b"".join(struct.pack(">ii", 0, len(e)) + e for e in events)
+    length = len(records)
+    chunk = await client.read_bytes(segment, 0, 8)
+    assert chunk == sc.ReadChunk(0, struct.pack(">ii", 0, 10), False, False)
+    assert chunk.next_offset == 8
+    assert (await client.read_bytes(segment, 5, 3)).data == records[5:8]  # not a boundary
+    whole = await client.read_bytes(segment, 5, 1 << 20)
+    assert (whole.data, whole.at_tail, whole.end_of_segment) == (records[5:], True, False)
+    assert whole.next_offset == length
+    with pytest.raises(ValueError):
+        await client.read_bytes(segment, -1, 8)
+    with pytest.raises(ValueError):
+        await client.read_bytes(segment, 0, 0)
+    with pytest.raises(sc.NoSuchSegment):
+        await client.read_bytes(segment + "-missing", 0, 8)
+    await client.truncate(segment, 18)
+    with pytest.raises(sc.SegmentTruncated) as info:
+        await client.read_bytes(segment, 0, 8)
+    assert info.value.start_offset == 18 and not info.value.retriable
+    assert (await client.read_bytes(segment, 18, 8)).data == records[18:26]
+    await client.seal(segment)
+    end = await client.read_bytes(segment, length, 8)
+    assert end == sc.ReadChunk(length, b"", False, True)
 
 
 async def test_conditional_appends(client: sc.Client, segment: str) -> None:

@@ -64,6 +64,21 @@ def test_sync_write_many_read_batch_and_resume(sclient: sync.SyncClient, segment
     assert [e.data for e in first] + rest == [payload(i) for i in range(6000)] + [b"x", b"y"]
 
 
+def test_sync_read_bytes(sclient: sync.SyncClient, segment: str) -> None:
+    sclient.create_segment(segment)
+    with sclient.writer(segment) as w:
+        w.write_many([payload(i) for i in range(100)])
+    chunk = sclient.read_bytes(segment, 108, 8)
+    assert chunk == sc.ReadChunk(108, b"\x00\x00\x00\x00\x00\x00\x00\x64", False, False)
+    assert sclient.read_bytes(segment, 116, 10).data == payload(1)[:10]
+    sclient.truncate(segment, 1080)
+    with pytest.raises(sc.SegmentTruncated) as info:
+        sclient.read_bytes(segment, 0, 8)
+    assert info.value.start_offset == 1080
+    with pytest.raises(sc.NoSuchSegment):
+        sclient.read_bytes(segment + "-missing", 0, 8)
+
+
 def test_sync_writer_from_many_threads(sclient: sync.SyncClient, segment: str) -> None:
     sclient.create_segment(segment)
     threads, per_thread = 4, 5000

@@ -12,7 +12,7 @@ from segmentstore_client import errors, protocol
 from segmentstore_client.connection import ConnectionOptions, Endpoint
 from segmentstore_client.protocol import block_end, encode, frame_events
 from segmentstore_client.reader import EventReader
-from segmentstore_client.writer import EventWriter, writer_uuid
+from segmentstore_client.writer import EventWriter, _cut, writer_uuid
 
 
 def _offline_client() -> sc.Client:
@@ -42,12 +42,44 @@ def test_block_frame_matches_the_codec() -> None:
     w = EventWriter(_offline_client(), "sc/st/0", "w1")
     payloads = [b"hello", b"world!", b"", b"x" * 1000]
     size = sum(map(len, payloads)) + 8 * len(payloads)
-    frame = w._frame(payloads, size, len(payloads), 41)
+    frame = w._frame(payloads, list(map(len, payloads)), size, 41)
     records = frame_events(payloads)
     assert frame == encode(block_end(w.writer_id, records, len(payloads), 41, w._rid))
     decoded = protocol.decode(frame)
     assert isinstance(decoded, protocol.AppendBlockEnd)
     assert bytes(decoded.data) == records and decoded.last_event_number == 41
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_block_cuts_match_prefix_sums(seed: int) -> None:
+    """_cut finds the same block end as a plain prefix-sum search, for uniform, noisy,
+    skewed and tiny/huge mixes of event sizes (its guess-and-step path and fallback)."""
+    rng = random.Random(seed)
+    n = (1, 2, 7, 300, 8192)[seed // 5 % 5]
+    shape = seed % 5
+    if shape == 0:
+        sizes = [100] * n
+    elif shape == 1:
+        sizes = [rng.randint(80, 120) for _ in range(n)]
+    elif shape == 2:
+        sizes = [rng.choice([0, 10, 100_000]) for _ in range(n)]
+    elif shape == 3:  # a guess from the average lands far off: the fallback's case
+        sizes = [0] * (n // 2) + [rng.randint(5000, 10_000) for _ in range(n - n // 2)]
+    else:
+        sizes = [rng.randint(0, 1000) for _ in range(n)]
+    for k in range(20):
+        i = rng.randrange(n)
+        rest = sum(sizes[i:]) + 8 * (n - i)
+        room = rng.randint(1, rest if k % 4 else 2 * rest)  # mostly a cut inside
+        got = 0
+        j = i
+        while j < n and got < room:  # the reference: add events until room is reached
+            got += sizes[j] + 8
+            j += 1
+        assert _cut(sizes, i, room, rest) == (j, got)
+    # Empty events, then large ones: the guess is thousands of events off (prefix sums).
+    sizes = [0] * 4096 + [8000] * 4096
+    assert _cut(sizes, 0, 100_000, sum(sizes) + 8 * 8192) == (4096 + 9, 32_768 + 9 * 8008)
 
 
 def test_writer_argument_checks() -> None:

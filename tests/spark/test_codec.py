@@ -47,7 +47,7 @@ from segmentstore_client.spark.options import (
     write_identity,
     writer_id,
 )
-from segmentstore_client.spark.raw import RawSegmentReader, next_boundary, plan_ranges
+from segmentstore_client.spark.raw import next_boundary, plan_ranges
 from segmentstore_client.spark.writer import ArrowGroup, MsgpackGroup, encode_pieces
 
 UTC = dt.UTC
@@ -236,19 +236,19 @@ def test_plan_ranges_cuts_at_event_boundaries(endpoint: str, seg: str) -> None:
             w.write_many(_payloads(sizes))
         length = c.segment_info(seg).length
         offsets = [e.offset for e in c.reader(seg)]
-    with RawSegmentReader(endpoint) as raw:
-        ranges = plan_ranges(raw, seg, 0, length, 100_000)
+    with sync.connect(endpoint) as client:
+        ranges = plan_ranges(client, seg, 0, length, 100_000)
         assert ranges[0][0] == 0 and ranges[-1][1] == length
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
         assert all(a in offsets for a, _ in ranges) and len(ranges) > 5
-        assert plan_ranges(raw, seg, 0, length, length) == [(0, length)]
-        capped = plan_ranges(raw, seg, 0, length, 1000, max_requests=3)
+        assert plan_ranges(client, seg, 0, length, length) == [(0, length)]
+        capped = plan_ranges(client, seg, 0, length, 1000, max_requests=3)
         assert capped[-1][1] == length and all(a in offsets for a, _ in capped)
-        b = next_boundary(raw, seg, 0, length, 1000)
+        b = next_boundary(client, seg, 0, length, 1000)
         assert b in offsets and 0 < b <= 1000
         big = offsets[-1]
-        assert next_boundary(raw, seg, big, length, 10) == length  # one event at least
-        assert next_boundary(raw, seg, 0, length, length) == length
+        assert next_boundary(client, seg, big, length, 10) == length  # one event at least
+        assert next_boundary(client, seg, 0, length, length) == length
 
 
 def test_records_of_other_producers_need_output_records(endpoint: str, seg: str) -> None:

@@ -2,33 +2,21 @@
 
 Splitting one large segment into several Spark partitions needs offsets that are event
 boundaries, and the only way to find them is to walk the 8-byte record headers from a
-known boundary (the segment's start). This module does that with small raw reads (one
-``ReadSegment`` of a few KiB per hop, whole runs of small events per read), on a private
-blocking connection built from the SDK's public sans-IO codec
-(:mod:`segmentstore_client.protocol`). The walk is bounded by a request budget; past it,
-the rest of the segment stays one range.
+known boundary (the segment's start). This module does that with small raw reads
+(:meth:`SyncClient.read_bytes <segmentstore_client.sync.SyncClient.read_bytes>`, one
+``ReadSegment`` of a few KiB per hop, whole runs of small events per read) over the SDK's
+pooled connections, which retry lost connections like every other read. The walk is
+bounded by a request budget; past it, the rest of the segment stays one range.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import socket
 import struct
 from typing import Final
 
-from ..connection import Endpoint
-from ..errors import ConnectFailed, ConnectionLost, CorruptData, error_from_reply
-from ..protocol import (
-    OLDEST_COMPATIBLE_VERSION,
-    WIRE_VERSION,
-    FrameDecoder,
-    Hello,
-    ReadSegment,
-    Reply,
-    SegmentRead,
-    encode,
-)
+from ..errors import CorruptData
+from ..sync import SyncClient
 
 HOP_READ_BYTES: Final = 8 * 1024
 """Bytes asked for per hop: covers one header, or many headers of small events."""
@@ -37,72 +25,13 @@ DEFAULT_MAX_REQUESTS: Final = 4096
 _HEADER: Final = struct.Struct(">ii")
 
 
-class RawSegmentReader:
-    """A blocking connection that reads raw segment bytes (no event parsing).
-
-    Example::
-
-        with RawSegmentReader("tcp://127.0.0.1:12345") as raw:
-            header = raw.read("orders/0", 0, 8)
-    """
-
-    def __init__(self, endpoint: str, timeout: float = 30.0, delegation_token: str = "") -> None:
-        ep = Endpoint.parse(endpoint)
-        try:
-            self._sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
-        except OSError as e:
-            raise ConnectFailed(f"cannot connect to {ep}: {e}") from e
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._decoder = FrameDecoder()
-        self._token = delegation_token
-        self._rid = 0
-        self._pending: list[object] = []
-        self._sock.sendall(encode(Hello(WIRE_VERSION, OLDEST_COMPATIBLE_VERSION)))
-        reply = self._next()
-        if not isinstance(reply, Hello):
-            self.close()
-            raise ConnectionLost(f"expected Hello from {ep}, got {type(reply).__name__}")
-
-    def _next(self) -> object:
-        # Bounded by the socket timeout: each recv either returns bytes, or raises.
-        while not self._pending:
-            try:
-                data = self._sock.recv(1 << 20)
-            except OSError as e:
-                raise ConnectionLost(f"raw read connection failed: {e}") from e
-            if not data:
-                raise ConnectionLost("the server closed the raw read connection")
-            self._pending.extend(self._decoder.feed(data))
-        return self._pending.pop(0)
-
-    def read(self, segment: str, offset: int, length: int) -> bytes:
-        """Up to ``length`` bytes of ``segment`` at ``offset`` (fewer at the end, or where
-        the server cuts a read short; empty at the tail)."""
-        self._rid += 1
-        rid = self._rid
-        self._sock.sendall(encode(ReadSegment(segment, offset, length, self._token, rid)))
-        for _ in range(1000):  # skip stray replies (e.g. KeepAlive) to other requests
-            reply = self._next()
-            if isinstance(reply, SegmentRead) and reply.request_id == rid:
-                return bytes(reply.data)
-            if isinstance(reply, Reply) and getattr(reply, "request_id", None) == rid:
-                raise error_from_reply(reply)
-        raise ConnectionLost("no reply to a raw read")
-
-    def close(self) -> None:
-        """Close the connection."""
-        with contextlib.suppress(OSError):
-            self._sock.close()
-
-    def __enter__(self) -> RawSegmentReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _hop(client: SyncClient, segment: str, offset: int) -> bytes:
+    """The raw bytes of one hop read at ``offset`` (fewer where the server cuts it)."""
+    return client.read_bytes(segment, offset, HOP_READ_BYTES).data
 
 
 def plan_ranges(
-    raw: RawSegmentReader,
+    client: SyncClient,
     segment: str,
     start: int,
     end: int,
@@ -114,7 +43,7 @@ def plan_ranges(
 
     Example::
 
-        plan_ranges(raw, "orders/0", 0, 100 << 20, 16 << 20)   # ~7 ranges
+        plan_ranges(client, "orders/0", 0, 100 << 20, 16 << 20)   # ~7 ranges
     """
     if end - start <= target_bytes + target_bytes // 2:
         return [(start, end)] if end > start else []
@@ -130,13 +59,13 @@ def plan_ranges(
         if pos + 8 > buf_at + len(buf):
             if requests >= max_requests:
                 break
-            buf = raw.read(segment, pos, HOP_READ_BYTES)
+            buf = _hop(client, segment, pos)
             buf_at = pos
             requests += 1
             if len(buf) < 8:
                 if requests >= max_requests:
                     break
-                buf += raw.read(segment, pos + len(buf), HOP_READ_BYTES)
+                buf += _hop(client, segment, pos + len(buf))
                 requests += 1
                 if len(buf) < 8:
                     break  # the server has no complete header there: stop splitting
@@ -155,7 +84,7 @@ def plan_ranges(
 
 
 def next_boundary(
-    raw: RawSegmentReader,
+    client: SyncClient,
     segment: str,
     start: int,
     end: int,
@@ -167,7 +96,7 @@ def next_boundary(
 
     Example::
 
-        next_boundary(raw, "orders/0", 0, 100 << 20, 8 << 20)   # <= 8 MiB of events
+        next_boundary(client, "orders/0", 0, 100 << 20, 8 << 20)   # <= 8 MiB of events
     """
     if end - start <= max_bytes:
         return end
@@ -179,7 +108,7 @@ def next_boundary(
     # Bounded like plan_ranges: pos grows by >= 8 per pass; reads are budgeted.
     while pos < end and requests <= max_requests:
         if pos + 8 > buf_at + len(buf):
-            buf = raw.read(segment, pos, HOP_READ_BYTES)
+            buf = _hop(client, segment, pos)
             buf_at = pos
             requests += 1
             if len(buf) < 8:

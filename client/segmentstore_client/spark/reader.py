@@ -54,7 +54,7 @@ from .codec import (
     spark_schema_of_arrow,
 )
 from .options import ReadOptions
-from .raw import RawSegmentReader, plan_ranges
+from .raw import plan_ranges
 
 log = logging.getLogger("segmentstore_client.spark")
 
@@ -281,30 +281,21 @@ def plan_partitions(options: ReadOptions) -> list[SegmentRange]:
     parts: list[SegmentRange] = []
     client = connect(options)
     try:
-        bounds = []
         for seg in options.segments:
             info = client.segment_info(seg)
             start = max(info.start_offset, options.start_offset or 0)
             end = (
                 info.length if options.end_offset is None else min(info.length, options.end_offset)
             )
-            bounds.append((seg, start, end))
-    finally:
-        client.close()
-    big = [b for b in bounds if b[2] - b[1] > options.partition_bytes]
-    raw = RawSegmentReader(options.endpoint) if big else None
-    try:
-        for seg, start, end in bounds:
             if end <= start:
                 continue
-            if raw is None or end - start <= options.partition_bytes:
+            if end - start <= options.partition_bytes:
                 parts.append(SegmentRange(seg, start, end))
                 continue
-            for a, b in plan_ranges(raw, seg, start, end, options.partition_bytes):
+            for a, b in plan_ranges(client, seg, start, end, options.partition_bytes):
                 parts.append(SegmentRange(seg, a, b))
     finally:
-        if raw is not None:
-            raw.close()
+        client.close()
     return parts
 
 

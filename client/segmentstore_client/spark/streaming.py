@@ -55,7 +55,7 @@ from pyspark.sql.types import StructType
 
 from ..errors import SegmentStoreError
 from .options import OptionError, ReadOptions, WriteOptions, stream_identity
-from .raw import RawSegmentReader, next_boundary
+from .raw import next_boundary
 from .reader import EventDecoder, SegmentRange, connect, read_range
 from .writer import (
     PartitionCommit,
@@ -248,10 +248,10 @@ class SegmentStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             busy = [s for s in out if out[s] > int(start.get(s, 0))]
             if busy:
                 share = max(1, limit.max_bytes // len(busy))
-                with RawSegmentReader(self.options.endpoint) as raw:
+                with connect(self.options) as client:
                     for seg in busy:
                         begin = int(start.get(seg, 0))
-                        out[seg] = next_boundary(raw, seg, begin, out[seg], share)
+                        out[seg] = next_boundary(client, seg, begin, out[seg], share)
         return out
 
     def reportLatestOffset(self) -> dict[str, int]:

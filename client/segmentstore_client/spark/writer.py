@@ -334,7 +334,9 @@ def write_partition(
             client.create_segment(dest, exist_ok=True)
         elif opts.create:
             client.create_segment(target, exist_ok=True)
-        writer = client.writer(dest, wid, first_event_number=1).start()
+        # Started now to learn what the server holds; events are written with explicit
+        # numbers, and the SDK acknowledges those the server has without sending them.
+        writer = client.writer(dest, wid).start()
         have = writer.acked_event_number
         msg.resumed_from = max(0, have)
         last_ack = None
