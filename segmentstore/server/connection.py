@@ -100,17 +100,16 @@ class WriterState:
 
     __slots__ = ("drain", "failed", "last_acked", "last_stored", "queue", "segment")
 
-    def __init__(self, segment: str, last: int) -> None:
+    def __init__(
+        self, segment: str, last: int, on_done: Callable[[WriterState, object], None]
+    ) -> None:
         self.segment = segment
         self.last_stored = last  # highest event number submitted to the store
         self.last_acked = last  # highest event number acknowledged
         self.failed = False  # an error ended the session; later outcomes are dropped
         self.queue: deque[tuple[asyncio.Future[AppendResult], Append, float]] = deque()
-        self.drain: Callable[[object], None] = _noop
-
-
-def _noop(_: object) -> None:
-    return None
+        # Done-callback of every append future of this writer (one object, made once).
+        self.drain: Callable[[object], None] = functools.partial(on_done, self)
 
 
 class Connection(asyncio.Protocol):
@@ -326,8 +325,7 @@ class Connection(asyncio.Protocol):
             # Only the table layer writes a table segment's entry log.
             self.reply(OperationUnsupported(command.request_id, "appending to a table segment", ""))
             return
-        state = self.writers[writer] = WriterState(segment, last)
-        state.drain = functools.partial(self._drain, state)
+        self.writers[writer] = WriterState(segment, last, self._drain)
         self.send(encode(AppendSetup(command.request_id, segment, writer, last)))
 
     def on_append(self, append: Append) -> None:
