@@ -245,38 +245,9 @@ class SyncEventWriter:
             data = _copy(data)
         size = len(data) + 8
         with self._lock:
-            if self._error is not None:
-                raise self._error
-            if self._closed:
-                raise WriterClosed(f"writer for {self.segment!r} is closed")
-            while self._bytes >= self._max and self._runs:
-                self._space.wait(1.0)
-                if self._error is not None:
-                    raise self._error
-            runs = self._runs
-            run = runs[-1] if runs else None
-            if expected_offset is not None:
-                run = _Run(event_number, expected_offset)
-                runs.append(run)
-            elif event_number is None:
-                if run is None or run.first is not None or run.expected_offset is not None:
-                    run = _Run(None)
-                    runs.append(run)
-            elif (
-                run is None
-                or run.first is None
-                or run.expected_offset is not None
-                or run.first + len(run.payloads) != event_number
-            ):
-                run = _Run(event_number)
-                runs.append(run)
+            run = self._run_for(event_number, expected_offset)
             run.payloads.append(data)
-            run.size += size
-            self._bytes += size
-            if not self._kicked:
-                self._kicked = True
-                self._lt.loop.call_soon_threadsafe(self._kick)
-            return run.ack
+            return self._queued(run, size)
 
     def write_many(
         self, events: Iterable[bytes], *, first_event_number: int | None = None
@@ -293,35 +264,52 @@ class SyncEventWriter:
             payloads = [_copy(e) for e in payloads]  # copy mutable buffers
         size = sum(map(len, payloads)) + 8 * len(payloads)
         with self._lock:
+            run = self._run_for(first_event_number, None)
+            run.payloads.extend(payloads)
+            return self._queued(run, size)
+
+    def _run_for(self, event_number: int | None, expected_offset: int | None) -> _Run:
+        """Under the lock: wait for room, then the run the next event joins.
+
+        A run holds events the loop thread will hand to the async writer in one call: all
+        unnumbered, or consecutively numbered from ``run.first``; a conditional append is
+        a run of its own.
+        """
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise WriterClosed(f"writer for {self.segment!r} is closed")
+        while self._bytes >= self._max and self._runs:
+            self._space.wait(1.0)
             if self._error is not None:
                 raise self._error
-            if self._closed:
-                raise WriterClosed(f"writer for {self.segment!r} is closed")
-            while self._bytes >= self._max and self._runs:
-                self._space.wait(1.0)
-                if self._error is not None:
-                    raise self._error
-            runs = self._runs
-            run = runs[-1] if runs else None
-            if first_event_number is None:
-                if run is None or run.first is not None or run.expected_offset is not None:
-                    run = _Run(None)
-                    runs.append(run)
-            elif (
-                run is None
-                or run.first is None
-                or run.expected_offset is not None
-                or run.first + len(run.payloads) != first_event_number
-            ):
-                run = _Run(first_event_number)
-                runs.append(run)
-            run.payloads.extend(payloads)
-            run.size += size
-            self._bytes += size
-            if not self._kicked:
-                self._kicked = True
-                self._lt.loop.call_soon_threadsafe(self._kick)
-            return run.ack
+        runs = self._runs
+        run = runs[-1] if runs else None
+        if expected_offset is not None:
+            run = None
+        elif event_number is None:
+            if run is not None and run.first is None and run.expected_offset is None:
+                return run
+            run = None
+        elif (
+            run is not None
+            and run.first is not None
+            and run.expected_offset is None
+            and run.first + len(run.payloads) == event_number
+        ):
+            return run
+        run = _Run(event_number, expected_offset)
+        runs.append(run)
+        return run
+
+    def _queued(self, run: _Run, size: int) -> SyncAck:
+        """Under the lock: account for ``size`` new bytes and wake the loop thread once."""
+        run.size += size
+        self._bytes += size
+        if not self._kicked:
+            self._kicked = True
+            self._lt.loop.call_soon_threadsafe(self._kick)
+        return run.ack
 
     def flush(self) -> None:
         """Block until every event written so far is durable.
