@@ -22,6 +22,7 @@ from .errors import (
     NoSuchSegment,
     SegmentAlreadyExists,
     SegmentSealed,
+    SegmentStoreError,
     Timeout,
     error_from_reply,
 )
@@ -120,6 +121,23 @@ class AdminClient:
                 backoff = backoff or Backoff(self.options)
                 await backoff.wait(e)
 
+    async def _idempotent(
+        self,
+        make: Callable[[int], Command],
+        done: type[Command],
+        tolerated: type[SegmentStoreError],
+        tolerate: bool,
+    ) -> bool:
+        """Create/delete: True if done now, False if ``tolerate`` and it already was
+        (``tolerated`` names that outcome); only then is the request safe to retry."""
+        reply = await self._call(make, retry=tolerate)
+        if isinstance(reply, done):
+            return True
+        error = error_from_reply(reply)
+        if tolerate and isinstance(error, tolerated):
+            return False
+        raise error
+
     # -- segments --------------------------------------------------------------------
 
     async def create_segment(
@@ -138,16 +156,12 @@ class AdminClient:
             await client.create_segment("orders/0", exist_ok=True)
         """
         token = self.options.delegation_token
-        reply = await self._call(
+        return await self._idempotent(
             lambda rid: CreateSegment(rid, segment, target_rate, scale_type, token, rollover_size),
-            retry=exist_ok,
+            SegmentCreated,
+            SegmentAlreadyExists,
+            exist_ok,
         )
-        if isinstance(reply, SegmentCreated):
-            return True
-        error = error_from_reply(reply)
-        if exist_ok and isinstance(error, SegmentAlreadyExists):
-            return False
-        raise error
 
     async def segment_info(self, segment: str) -> SegmentInfo:
         """Length, start offset, sealed flag and modification time of a segment.
@@ -213,13 +227,12 @@ class AdminClient:
             await client.delete("scratch/0", missing_ok=True)
         """
         token = self.options.delegation_token
-        reply = await self._call(lambda rid: DeleteSegment(rid, segment, token), retry=missing_ok)
-        if isinstance(reply, SegmentDeleted):
-            return True
-        error = error_from_reply(reply)
-        if missing_ok and isinstance(error, NoSuchSegment):
-            return False
-        raise error
+        return await self._idempotent(
+            lambda rid: DeleteSegment(rid, segment, token),
+            SegmentDeleted,
+            NoSuchSegment,
+            missing_ok,
+        )
 
     async def merge(self, target: str, source: str) -> int:
         """Append all of ``source`` to ``target`` atomically and delete ``source``
@@ -345,16 +358,12 @@ class AdminClient:
             await client.create_table("app/_tables/settings", exist_ok=True)
         """
         token = self.options.delegation_token
-        reply = await self._call(
+        return await self._idempotent(
             lambda rid: CreateTableSegment(rid, name, token, False, key_length),
-            retry=exist_ok,
+            SegmentCreated,
+            SegmentAlreadyExists,
+            exist_ok,
         )
-        if isinstance(reply, SegmentCreated):
-            return True
-        error = error_from_reply(reply)
-        if exist_ok and isinstance(error, SegmentAlreadyExists):
-            return False
-        raise error
 
     async def delete_table(
         self, name: str, *, must_be_empty: bool = False, missing_ok: bool = False
@@ -367,15 +376,12 @@ class AdminClient:
             await client.delete_table("app/_tables/settings", missing_ok=True)
         """
         token = self.options.delegation_token
-        reply = await self._call(
-            lambda rid: DeleteTableSegment(rid, name, must_be_empty, token), retry=missing_ok
+        return await self._idempotent(
+            lambda rid: DeleteTableSegment(rid, name, must_be_empty, token),
+            SegmentDeleted,
+            NoSuchSegment,
+            missing_ok,
         )
-        if isinstance(reply, SegmentDeleted):
-            return True
-        error = error_from_reply(reply)
-        if missing_ok and isinstance(error, NoSuchSegment):
-            return False
-        raise error
 
     async def table_info(self, name: str) -> TableInfo:
         """Size and entry count of a table.
