@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,8 @@ log = logging.getLogger("segmentstore.storage")
 
 _EVENT_COUNT = EVENT_COUNT.int
 _FLUSH_AT = 64 * 1024 * 1024
+# The record prefix and an APPEND_W body: the fixed head of the commonest record, read at once.
+_APPEND_W_HEAD = struct.Struct(R.PREFIX.format + R.APPEND_W_BODY.format[1:])
 
 
 @dataclass
@@ -81,6 +84,10 @@ class _ChunkBuffer:
             self.dirty |= self.chunks.write(seg_id, offset, [data])
         self.pending.clear()
         self.size = 0
+
+
+def _pending_size(pending: dict[int, tuple[int, bytearray]]) -> int:
+    return sum(len(data) for _, data in pending.values())
 
 
 def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: list[str]) -> None:
@@ -246,6 +253,49 @@ class _Scan:
         self.problem = ""
 
 
+# An appended-to segment while appends follow each other: the segment, its pending buffer and
+# the writer ids (raw 16 bytes) with their newest event numbers, not yet in ``seg.attrs``.
+_Slot = tuple[SegmentMeta, bytearray, dict[bytes, int]]
+
+
+def _open_slot(
+    slots: dict[int, _Slot],
+    by_id: dict[int, SegmentMeta],
+    pending: dict[int, tuple[int, bytearray]],
+    seg_id: int,
+    offset: int,
+    mtime_ms: int,
+) -> _Slot | None:
+    """The slot for an append to ``seg_id`` at ``offset``; None if it does not fit."""
+    seg = by_id.get(seg_id)
+    if seg is None or seg.deleted or offset != seg.length:
+        return None
+    entry = pending.get(seg_id)
+    if entry is None:
+        entry = pending[seg_id] = (offset, bytearray())
+    # Every record of a file gets the file's mtime: set once, at the first append.
+    seg.last_modified_ms = mtime_ms
+    slot = slots[seg_id] = (seg, entry[1], {})
+    return slot
+
+
+def _close_slots(slots: dict[int, _Slot]) -> None:
+    """Commit the writers' event numbers of the open slots and forget them.
+
+    Called before anything else touches segments or pending buffers (other records, a
+    flush) and at the end of a file (whose mtime the slots assume).
+    """
+    from_bytes = int.from_bytes
+    for seg, _, writers in slots.values():
+        if writers:
+            attrs = seg.attrs
+            if attrs is None:
+                attrs = seg.attrs = {}
+            for wbytes, event_number in writers.items():
+                attrs[from_bytes(wbytes, "big")] = event_number
+    slots.clear()
+
+
 def _replay_file(
     mm: mmap.mmap | bytes,
     end: int,
@@ -259,43 +309,59 @@ def _replay_file(
     """Check and apply the records of one log file in ``mm[HEADER_SIZE:end]``.
 
     Plain appends are decoded inline (they are nearly all of a log and this loop is what
-    recovery time is made of); everything else goes through ``_apply``.
+    recovery time is made of); everything else goes through ``_apply``. Per record the loop
+    makes one struct call (it reads an APPEND_W head, the common record, in one go: for
+    other types the body fields are garbage and unused), one mmap slice for the CRC and one
+    for the data, which goes straight into the segment's pending buffer.
     """
+    unpack_head = _APPEND_W_HEAD.unpack_from
     unpack_prefix = R.PREFIX.unpack_from
-    unpack_w = R.APPEND_W_BODY.unpack_from
     unpack_a = R.APPEND_BODY.unpack_from
     pending = buf.pending
     crc32c_ = crc32c
     record_types = R.RECORD_TYPES
-    body = 4 + R.SEQ_TYPE_SIZE  # offset of the body in ``record`` (which starts at size)
-    data_w = body + R.APPEND_W_BODY.size
-    data_a = body + R.APPEND_BODY.size
-    cb = buf.chunks.chunk_bytes
+    head_size = _APPEND_W_HEAD.size
     prefix_size = R.PREFIX_SIZE
+    data_w = head_size  # data of an APPEND_W starts right after its head
+    append_body_size = R.APPEND_BODY.size
+    data_a = prefix_size + append_body_size
+    cb = buf.chunks.chunk_bytes
     min_size = R.SEQ_TYPE_SIZE
     t_append_w = R.APPEND_W
-    from_bytes = int.from_bytes
+    t_append = R.APPEND
+    # Up to here the whole fixed head of an APPEND_W fits before ``end``; past it only the
+    # prefix is read (an intact APPEND_W cannot start there: it would not fit either).
+    last_head = end - head_size
     pos = HEADER_SIZE
     expected = first_seq
-    applied = 0
-    added = 0
+    # Data added per record is never more than the record's log bytes, so the pending
+    # buffer can only reach _FLUSH_AT once ``pos`` passes ``check_at``; its real size is
+    # counted there (not per record).
+    check_at = pos + _FLUSH_AT - buf.size
+    seg_id = offset = count = event_number = 0
+    wbytes = b""
+    slots: dict[int, _Slot] = {}
     scan = _Scan(pos, expected)
     while pos < end:
-        if end - pos < prefix_size:
-            scan.problem = f"truncated record header at {pos} ({end - pos} bytes left)"
-            break
-        crc, size, seq, rtype = unpack_prefix(mm, pos)
+        if pos <= last_head:
+            crc, size, seq, rtype, seg_id, offset, count, wbytes, event_number = unpack_head(
+                mm, pos
+            )
+        else:
+            if end - pos < prefix_size:
+                scan.problem = f"truncated record header at {pos} ({end - pos} bytes left)"
+                break
+            crc, size, seq, rtype = unpack_prefix(mm, pos)
         if crc == 0 and size == 0:
             break  # zero-filled remainder of a preallocated file
         rec_end = pos + 8 + size
         if size < min_size or rec_end > end:
             scan.problem = f"bad record length {size} at {pos} (file ends at {end})"
             break
-        record = mm[pos + 4 : rec_end]
-        if crc32c_(record) != crc:
+        if crc32c_(mm[pos + 4 : rec_end]) != crc:
             scan.problem = f"CRC mismatch in record at {pos} (length {size})"
             break
-        if rtype not in record_types:
+        if rtype != t_append_w and rtype not in record_types:
             scan.problem = f"unknown record type {rtype} at {pos}"
             break
         if seq != expected:
@@ -303,52 +369,50 @@ def _replay_file(
                 scan.problem = f"sequence gap at {pos}: expected {expected}, found {seq}"
             break  # an older intact record: a recycled file's previous life
         expected = seq + 1
+        start = at = pos
         pos = rec_end
         if seq <= ckpt_seq:
             continue
-        applied += 1
-        if rtype <= t_append_w:  # APPEND (1) or APPEND_W (2)
-            if rtype == t_append_w:
-                seg_id, offset, count, wbytes, event_number = unpack_w(record, body)
-                at = data_w
-            else:
-                seg_id, offset, count = unpack_a(record, body)
-                at = data_a
-            seg = by_id.get(seg_id)
-            if seg is None or seg.deleted or offset != seg.length:
+        if rtype == t_append_w:
+            at += data_w
+        elif rtype == t_append:
+            at += data_a
+            if at <= rec_end:
+                seg_id, offset, count = unpack_a(mm, at - append_body_size)
+        if rtype <= t_append_w and at <= rec_end:
+            slot = slots.get(seg_id)
+            if slot is None:
+                slot = _open_slot(slots, by_id, pending, seg_id, offset, mtime_ms)
+                if slot is None:
+                    _inconsistent(rec, seq, f"append to segment {seg_id} at {offset}")
+                    continue
+            seg, data, writers = slot
+            if offset != seg.length:
                 _inconsistent(rec, seq, f"append to segment {seg_id} at {offset}")
                 continue
-            n = len(record) - at
-            if n:
-                entry = pending.get(seg_id)
-                if entry is None:
-                    pending[seg_id] = (offset, bytearray(memoryview(record)[at:]))
-                else:
-                    entry[1].extend(memoryview(record)[at:])
-                added += n
-                if added >= _FLUSH_AT:
-                    buf.size = added
-                    buf.flush()
-                    added = 0
-            seg.length = offset + n
+            data += mm[at:rec_end]
+            seg.length = offset + rec_end - at
             if rtype == t_append_w:
-                writer = from_bytes(wbytes, "big")
-                attrs = seg.attrs
-                if attrs is None:
-                    seg.attrs = {writer: event_number}
-                else:
-                    attrs[writer] = event_number
+                writers[wbytes] = event_number
             if count:
                 seg.ec = (seg.ec or 0) + count
-            seg.last_modified_ms = mtime_ms
         else:
-            buf.size = added
-            _apply(rec, by_id, buf, cb, seq, rtype, record, mtime_ms)
-            added = buf.size
+            # Not an append (or one too short for its body, on which _apply raises as the
+            # unpacking of a short record always did).
+            _close_slots(slots)
+            _apply(rec, by_id, buf, cb, seq, rtype, mm[start + 4 : rec_end], mtime_ms)
+        if pos >= check_at:
+            _close_slots(slots)
+            buf.size = _pending_size(pending)
+            if buf.size >= _FLUSH_AT:
+                buf.flush()
+            check_at = pos + _FLUSH_AT - buf.size
+    _close_slots(slots)
     scan.good_end = pos  # only ever advanced past records that checked out
     scan.next_seq = expected
-    buf.size = added
-    rec.records += applied
+    buf.size = _pending_size(pending)
+    # Every record from the first one after the checkpoint on was applied (or reported).
+    rec.records += max(0, expected - max(first_seq, ckpt_seq + 1))
     return scan
 
 
