@@ -4,8 +4,10 @@ SegmentIsSealed when the segment is sealed under them."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from segmentstore_client.protocol import (
@@ -86,19 +88,27 @@ async def test_tail_read_times_out_empty_with_at_tail(server_factory: ServerFact
             assert c.by_id(r) == [SegmentRead(name, 11, True, False, b"", r)]
 
 
-async def test_sealing_a_parked_read_answers_segment_is_sealed(
-    module_server: ServerProcess,
-) -> None:
-    host, port = module_server.host, module_server.port
-    name = unique()
+@contextlib.asynccontextmanager
+async def _parked_read(
+    server: ServerProcess,
+) -> AsyncIterator[tuple[WireClient, WireClient, str, int]]:
+    """A fresh segment with a ReadSegment parked at its tail: (reader, admin, name, rid)."""
     async with (
-        await WireClient.connect(host, port) as reader,
-        await WireClient.connect(host, port) as admin,
+        await WireClient.connect(server.host, server.port) as reader,
+        await WireClient.connect(server.host, server.port) as admin,
     ):
+        name = unique()
         await admin.create_segment(name)
         rid = next_id()
         reader.send(ReadSegment(name, 0, 1000, "", rid))
-        await reader.keepalive()
+        await reader.keepalive()  # the read is parked once the keepalive is answered
+        yield reader, admin, name, rid
+
+
+async def test_sealing_a_parked_read_answers_segment_is_sealed(
+    module_server: ServerProcess,
+) -> None:
+    async with _parked_read(module_server) as (reader, admin, name, rid):
         t0 = time.perf_counter()
         await admin.expect(SealSegment(next_id(), name, ""), SegmentSealed)
         reply = await reader.reply_to(rid, timeout=5)
@@ -111,16 +121,7 @@ async def test_sealing_a_parked_read_answers_segment_is_sealed(
 
 
 async def test_deleting_under_a_parked_read_answers_empty(module_server: ServerProcess) -> None:
-    host, port = module_server.host, module_server.port
-    name = unique()
-    async with (
-        await WireClient.connect(host, port) as reader,
-        await WireClient.connect(host, port) as admin,
-    ):
-        await admin.create_segment(name)
-        rid = next_id()
-        reader.send(ReadSegment(name, 0, 1000, "", rid))
-        await reader.keepalive()
+    async with _parked_read(module_server) as (reader, admin, name, rid):
         t0 = time.perf_counter()
         await admin.expect(DeleteSegment(next_id(), name, ""), SegmentDeleted)
         reply = await reader.reply_to(rid, timeout=15)
