@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-connections", type=int, help="connection cap (default 10000)")
     s.add_argument("--tail-read-timeout-s", type=float, help="tail read wait (default 10)")
     s.add_argument("--read-cache-mb", type=int, help="read cache size in MiB (default 256)")
+    s.add_argument(
+        "--direct-io",
+        choices=("on", "off"),
+        help="write and read chunk files with O_DIRECT, bypassing the page cache (default on)",
+    )
     return p
 
 

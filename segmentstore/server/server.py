@@ -55,6 +55,7 @@ class Server:
                 fsync_interval_s=config.fsync_interval_ms / 1000,
                 container_count=config.containers,
                 read_cache_bytes=config.read_cache_mb * 1024 * 1024,
+                direct_io=config.direct_io == "on",
             )
         )
         tables = await TableStore.open(store)

@@ -106,6 +106,9 @@ class StoreConfig:
     # or every flush_interval_s, whichever comes first.
     flush_bytes: int = 16 * 1024 * 1024
     flush_interval_s: float = 1.0
+    # Write and read chunk files with O_DIRECT where the filesystem supports it (chunks.py):
+    # segment data then bypasses the page cache, which the read cache stands in for.
+    direct_io: bool = True
 
 
 class AttributeUpdateType(enum.IntEnum):

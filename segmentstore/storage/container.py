@@ -54,7 +54,7 @@ from .api import (
     StorageUnavailable,
     StoreConfig,
 )
-from .chunks import ChunkId, ChunkStore
+from .chunks import ALIGN, ChunkId, ChunkStore
 from .crc import crc32c, crc32c_extend
 from .metadata import SegmentMeta
 from .read_cache import FREEZE, OWN_BLOCK, ReadCache
@@ -107,7 +107,7 @@ class SegmentContainer:
         self._wal = WalWriter(
             directory / "log", config.fsync, config.fsync_interval_s, config.log_file_bytes
         )
-        self._chunks = ChunkStore(directory / "chunks", config.chunk_file_bytes)
+        self._chunks = ChunkStore(directory / "chunks", config.chunk_file_bytes, config.direct_io)
         self._cache = ReadCache(budget)
         self._max_append = config.max_append_bytes
         self._max_unflushed = max(4 * config.flush_bytes, budget)
@@ -915,12 +915,17 @@ class SegmentContainer:
         segs = list(self._dirty)
         self._dirty.clear()
         jobs: list[tuple[SegmentMeta, int, int, list[bytes | memoryview]]] = []
+        direct = self._chunks.direct
         for seg in segs:
             start, end = seg.flushed, seg.length
             if seg.deleted or end <= start:
                 continue
             cache = seg.cache
             assert cache is not None and cache.start <= start
+            if direct and cache.start <= start - start % ALIGN:
+                # Direct writes cover whole blocks: hand over the block's flushed head too,
+                # so the chunk store need not read it back from the file.
+                start -= start % ALIGN
             jobs.append((seg, start, end, cache.pieces(start, end)))
         if not jobs:
             return True

@@ -122,7 +122,7 @@ def _discard(info: LogFileInfo) -> None:
 def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
     log_dir = container_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
-    chunks.dir.mkdir(parents=True, exist_ok=True)
+    chunks.open()
     ckpt = load_newest(container_dir)
     ckpt_seq = ckpt.seq if ckpt is not None else 0
     by_id: dict[int, SegmentMeta] = {}

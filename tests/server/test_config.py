@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,3 +118,48 @@ def test_bad_settings_exit_2_with_a_clear_message(
     assert message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "ready" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "want"),
+    [
+        ([], {}, "direct I/O (O_DIRECT)"),  # the default
+        (["--direct-io", "off"], {}, "buffered I/O"),
+        ([], {"SEGMENTSTORE_DIRECT_IO": "off"}, "buffered I/O"),
+    ],
+)
+async def test_direct_io_setting_and_data_read_back_after_restart(
+    server_factory: ServerFactory,
+    tmp_path: Path,
+    args: list[str],
+    env: dict[str, str],
+    want: str,
+) -> None:
+    # Events big and small, so chunk files get blocks written whole, partly and padded; after
+    # a restart the read cache is empty and every byte comes back from the chunk files.
+    from .test_restart import check_after_restart, populate
+    from .wire import unique
+
+    name = unique()
+    writers = [uuid.uuid4() for _ in range(2)]
+    server = server_factory(extra_args=args, env=env)
+    server.start()
+    line = next(ln for ln in server.log if "chunk files in" in ln)
+    if want.startswith("direct") and "not supported" in line:
+        pytest.skip("the test directory's filesystem does not support O_DIRECT")
+    assert line.rstrip().endswith(want), line
+    async with await WireClient.connect(server.host, server.port) as c:
+        await c.create_segment(name)
+        await populate(c, writers, name, 400)
+        before = await c.read_all(name)
+    assert server.stop() == 0
+    server.start()
+    async with await WireClient.connect(server.host, server.port) as c:
+        assert await c.read_all(name) == before
+        await check_after_restart(c, writers, name, 400)
+
+
+def test_direct_io_rejects_other_values(tmp_path: Path) -> None:
+    proc = run_serve(tmp_path, [], {"SEGMENTSTORE_DIRECT_IO": "maybe"})
+    assert proc.returncode == 2
+    assert "direct_io must be on or off" in proc.stderr
