@@ -233,6 +233,15 @@ class SegmentContainer:
             await self._checkpoint()
         finally:
             await self._loop.run_in_executor(self._log_exec, self._wal.close)
+            w = self._wal
+            log.debug(
+                "%s: log files zero-filled %d, recycled %d, created empty %d, deleted %d",
+                self.label,
+                w.files_zero_filled,
+                w.files_recycled,
+                w.files_created,
+                w.files_deleted,
+            )
             self._log_exec.shutdown()
             self._io_exec.shutdown()
             self._closed = True

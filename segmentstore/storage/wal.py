@@ -36,12 +36,14 @@ _HEADER = struct.Struct("<8sQQq")
 _HEADER_CRC = struct.Struct("<I")
 HEADER_SIZE = _HEADER.size + _HEADER_CRC.size
 _SPARES = 2  # ready-made log files kept in the pool (zero-filling tops it up to this)
-# Retired log files are recycled into the pool up to this many. Above _SPARES so that
-# recycling, not zero-filling, feeds the log: zero-filling a 64 MiB file costs about as
-# much CPU (the kernel's copy into the page cache) as writing it, and if it eagerly
-# refilled the pool to _SPARES, each checkpoint found the pool full and deleted the files
-# it retired (a 64 KiB-append benchmark zero-filled 19 files and recycled 1).
-_MAX_SPARES = 4
+# Retired log files are recycled into the pool up to this many (512 MiB with the default
+# 64 MiB files), so that a burst of rolls between two checkpoints is absorbed: a retired
+# file that is deleted because the pool is full has to be replaced later by zero-filling,
+# which costs about as much CPU as writing the file (the kernel's copy into new page-cache
+# pages; on a VM with free page reporting, a host page fault per page too). Zero-filling
+# runs only when the pool is empty and no rolled file awaits recycling (at start, or after
+# files were set aside); a roll that finds no spare opens a new, growing file instead.
+_MAX_SPARES = 8
 
 FaultHook = Callable[[str], None]
 """Called with an operation name ("wal.open", "wal.write", "wal.fsync", "chunk.write", ...)
@@ -103,6 +105,11 @@ class WalWriter:
         self._unsynced = False
         self.bytes_written = 0
         self.fsyncs = 0
+        # Where each new log file came from, and what became of retired ones.
+        self.files_zero_filled = 0
+        self.files_recycled = 0
+        self.files_created = 0  # opened with no spare ready: a growing file
+        self.files_deleted = 0
         # Ready-made log files (zero-filled or recycled) and the files that saw a failed
         # write (their tails may hold records with sequence numbers we reuse: never recycled).
         self._spares: list[Path] = []
@@ -138,10 +145,9 @@ class WalWriter:
     @property
     def spare_wanted(self) -> bool:
         """True when the pool of ready log files is low (call ``prepare_spare`` off-loop)."""
-        have = len(self._spares)
         # Files the next checkpoint will recycle count too: zero-fill only what recycling
-        # will not supply, and always keep one file ready.
-        return not self._preparing and (have < 1 or have + len(self._rolled) < _SPARES)
+        # will not supply.
+        return not self._preparing and not self._spares and not self._rolled
 
     def prepare_spare(self) -> None:
         """Zero-fill a future log file (runs in a worker thread, not the log thread).
@@ -174,6 +180,7 @@ class WalWriter:
                 self._preparing = False
         with self._spare_lock:
             self._spares.append(path)
+            self.files_zero_filled += 1
 
     def _open(self, first_seq: int) -> None:
         path = self.dir / log_file_name(self._index)
@@ -186,6 +193,7 @@ class WalWriter:
             fd = os.open(path, os.O_WRONLY)
         else:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self.files_created += 1
         try:
             header = encode_header(self._index, first_seq, self._prev_valid)
             if os.write(fd, header) != len(header):
@@ -296,8 +304,10 @@ class WalWriter:
                     spare = self.dir / f"spare-{uuid.uuid4().hex}.tmp"
                     os.replace(info.path, spare)
                     self._spares.append(spare)
+                    self.files_recycled += 1
                 else:
                     info.path.unlink(missing_ok=True)
+                    self.files_deleted += 1
             self._abandoned.discard(info.index)
             removed += 1
         self._rolled = {i for i in self._rolled if i >= index}
