@@ -1,12 +1,15 @@
 """Child process for the kill -9 tests: appends forever, recording every acknowledgement.
 
-Usage: crash_child.py DATA_DIR ACK_FILE SEED. Opens the store (recovering it), continues each
-segment's writer at the event number after the durable one, and keeps 32 appends per segment
-in flight; meanwhile it merges small transactions (three ``TX`` events each) into segment 0.
-Every acknowledged append is written to ACK_FILE with one os.write (so it is in the kernel
-before the parent can kill us) as ``A <segment> <event> <new length>``, every acknowledged
-truncation as ``T <segment> <offset>``, every acknowledged merge as ``M <txn id>``.
+Usage: crash_child.py DATA_DIR ACK_FILE SEED [big]. Opens the store (recovering it), continues
+each segment's writer at the event number after the durable one, and keeps 32 appends per
+segment in flight; meanwhile it merges small transactions (three ``TX`` events each) into
+segment 0. Every acknowledged append is written to ACK_FILE with one os.write (so it is in the
+kernel before the parent can kill us) as ``A <segment> <event> <new length>``, every
+acknowledged truncation as ``T <segment> <offset>``, every acknowledged merge as ``M <txn id>``.
 Prints ``ready`` once open.
+
+With ``big``, events of segments 1 and 2 (and every 8th of 0 and 3) carry 33-48 KiB payloads:
+chunk files then get big, unaligned direct-I/O writes while the child is killed.
 """
 
 from __future__ import annotations
@@ -45,8 +48,13 @@ def config(data_dir: Path) -> StoreConfig:
     )
 
 
-def make_event(index: int, number: int, rng: random.Random, magic: bytes = b"EV") -> bytes:
-    payload = rng.randbytes(rng.randint(0, 300))
+def make_event(
+    index: int, number: int, rng: random.Random, magic: bytes = b"EV", big: bool = False
+) -> bytes:
+    if big and (index in (1, 2) or number % 8 == 7):
+        payload = rng.randbytes(rng.randint(33 * 1024, 48 * 1024))
+    else:
+        payload = rng.randbytes(rng.randint(0, 300))
     head = EVENT_HEAD.pack(magic, index, number, len(payload))
     return head + payload + EVENT_CRC.pack(zlib.crc32(head + payload))
 
@@ -57,6 +65,7 @@ def txn_name(txn: int) -> str:
 
 async def main() -> None:
     data_dir, ack_path, seed = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    big = sys.argv[4:] == ["big"]
     rng = random.Random(seed)
     store = await SegmentStore.open(config(data_dir))
     acks = os.open(ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -75,7 +84,10 @@ async def main() -> None:
             futs = []
             for _ in range(32):
                 fut = store.append(
-                    name, make_event(index, number, rng), writer_id=writer, event_number=number
+                    name,
+                    make_event(index, number, rng, big=big),
+                    writer_id=writer,
+                    event_number=number,
                 )
 
                 def record(f: asyncio.Future[AppendResult], n: int = number) -> None:

@@ -102,18 +102,22 @@ async def _verify(data_dir: Path, acks: Acks) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("events", ["small", "big"])
 async def test_kill_9_loses_no_acknowledged_append(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, events: str
 ) -> None:
+    # "big": many 33-48 KiB events, so chunk files get big unaligned direct-I/O writes (and
+    # reads back of their partial blocks) while the child is killed.
     rng = random.Random(20240611)
     data_dir = tmp_path / "data"
     ack_file = tmp_path / "acks.txt"
     total_checked = 0
     deadline = time.monotonic() + 90
-    for round_no in range(ROUNDS):
+    extra = [] if events == "small" else ["big"]
+    for round_no in range(ROUNDS if events == "small" else ROUNDS // 2):
         assert time.monotonic() < deadline, "crash test ran out of time"
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(data_dir), str(ack_file), str(round_no)],
+            [sys.executable, str(CHILD), str(data_dir), str(ack_file), str(round_no), *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -139,4 +143,6 @@ async def test_kill_9_loses_no_acknowledged_append(
         assert not errors, "\n".join(errors)
         shutil.rmtree(copy)
     assert total_checked > 1000  # the test really exercised acknowledged appends
-    assert acks.merges and acks.truncs  # ... and merges and truncations
+    assert acks.merges  # ... and merges
+    if events == "small":
+        assert acks.truncs  # ... and truncations
