@@ -42,7 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--containers", type=int, help="segment containers (default 1)")
     s.add_argument("--max-connections", type=int, help="connection cap (default 10000)")
     s.add_argument("--tail-read-timeout-s", type=float, help="tail read wait (default 10)")
-    s.add_argument("--read-cache-mb", type=int, help="read cache size in MiB (default 256)")
+    s.add_argument(
+        "--read-cache-mb",
+        type=int,
+        help="read cache size in MiB (default 0: 1/8 of the memory available, 64 MiB to 1 GiB)",
+    )
     s.add_argument(
         "--direct-io",
         choices=("on", "off"),

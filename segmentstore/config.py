@@ -38,7 +38,7 @@ class ServerConfig:
     connection_inflight_bytes: int = 32 * 1024 * 1024
     connection_write_buffer_bytes: int = 8 * 1024 * 1024
     tail_read_timeout_s: float = 10.0
-    read_cache_mb: int = 256
+    read_cache_mb: int = 0  # 0: 1/8 of the memory the process may use, 64 MiB to 1 GiB
     direct_io: str = "on"  # chunk files with O_DIRECT where the filesystem allows it
 
     def validate(self) -> ServerConfig:
@@ -50,6 +50,8 @@ class ServerConfig:
             raise ConfigError(f"http port {self.http_port} out of range")
         if self.containers < 1:
             raise ConfigError("containers must be at least 1")
+        if self.read_cache_mb < 0:
+            raise ConfigError("read cache size must be 0 (automatic) or more MiB")
         if self.direct_io not in ("on", "off"):
             raise ConfigError(f"direct_io must be on or off, not {self.direct_io!r}")
         if self.tail_read_timeout_s <= 0:

@@ -23,6 +23,7 @@ from ..tables import TableStore
 from .connection import Connection
 from .context import HandlerTable, ServerContext
 from .metrics import Metrics, serve_metrics
+from .resources import default_read_cache_mb, keep_freed_memory, memory_limit_bytes
 from .segment_handlers import SEGMENT_HANDLERS
 from .table_handlers import TABLE_HANDLERS
 
@@ -48,13 +49,20 @@ class Server:
     async def start(cls, config: ServerConfig) -> Server:
         metrics = Metrics()
         started = time.perf_counter()
+        cache_mb = config.read_cache_mb or default_read_cache_mb(memory_limit_bytes())
+        log.info(
+            "read cache %d MiB%s; freed memory kept for reuse: %s",
+            cache_mb,
+            "" if config.read_cache_mb else " (1/8 of the memory available)",
+            "yes" if keep_freed_memory() else "no (not glibc)",
+        )
         store = await SegmentStore.open(
             StoreConfig(
                 data_dir=config.data_dir,
                 fsync=config.fsync,  # type: ignore[arg-type]
                 fsync_interval_s=config.fsync_interval_ms / 1000,
                 container_count=config.containers,
-                read_cache_bytes=config.read_cache_mb * 1024 * 1024,
+                read_cache_bytes=cache_mb * 1024 * 1024,
                 direct_io=config.direct_io == "on",
             )
         )

@@ -105,6 +105,7 @@ def run_serve(
         ),
         (["--fsync", "bogus"], {}, None, "invalid choice"),
         (["--tail-read-timeout-s", "0"], {}, None, "tail read timeout must be positive"),
+        (["--read-cache-mb", "-1"], {}, None, "read cache size must be 0 (automatic)"),
         (["--config", "/nonexistent/ss.toml"], {}, None, "cannot read config file"),
     ],
 )
