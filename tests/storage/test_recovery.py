@@ -301,3 +301,21 @@ async def test_mixed_sizes_survive_in_every_fsync_mode(
                 while len(got) < len(data):
                     got += (await s.read(name, len(got), 1 << 20)).data
                 assert got == data
+
+
+async def test_log_files_are_recycled_not_zero_filled(tmp_path: Path) -> None:
+    """Steady writing rolls many log files: checkpoints hand the retired ones back for reuse,
+    so after the first file(s) nothing is zero-filled and nothing is deleted (the pool keeps
+    up to 8), and a rolled file is reused rather than a new one zero-filled meanwhile."""
+    cfg = small_config(tmp_path, checkpoint_log_bytes=32 * 1024, log_file_bytes=16 * 1024)
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("seg")
+        for i in range(600):
+            await s.append("seg", bytes([i % 256]) * 1000)
+        wal = s._containers[0]._wal
+        assert wal.files_recycled >= 10  # ~600 KB through 16 KiB files
+        assert wal.files_zero_filled <= 2
+        assert wal.files_deleted == 0
+        # Every new file came from the pool but for a few opened while it was empty.
+        opened = wal.files_zero_filled + wal.files_recycled + wal.files_created
+        assert wal.files_created <= opened // 4
