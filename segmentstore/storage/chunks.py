@@ -181,6 +181,7 @@ class ChunkStore:
 
     def read(self, seg_id: int, offset: int, end: int) -> bytes:
         """Bytes ``[offset, end)`` of the segment (short only if a file is short)."""
+        self._hook("chunk.read")
         parts = []
         cb = self.chunk_bytes
         pos = offset

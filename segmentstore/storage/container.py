@@ -586,6 +586,11 @@ class SegmentContainer:
             )
         except FileNotFoundError:
             data = b""
+        except OSError as exc:
+            log.error(
+                "%s: reading %s at %d from chunk files failed: %s", self.label, name, offset, exc
+            )
+            raise StorageUnavailable(name, f"reading chunk files failed: {exc}") from exc
         if len(data) < disk_end - offset:
             # A concurrent truncate/delete removed the file, or the data is really lost.
             seg2 = self._committed(name)

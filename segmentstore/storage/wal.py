@@ -46,7 +46,8 @@ _SPARES = 2  # ready-made log files kept in the pool (zero-filling tops it up to
 _MAX_SPARES = 8
 
 FaultHook = Callable[[str], None]
-"""Called with an operation name ("wal.open", "wal.write", "wal.fsync", "chunk.write", ...)
+"""Called with an operation name ("wal.open", "wal.write", "wal.fsync", "chunk.write",
+"chunk.read", ...)
 just before that I/O happens; raising OSError there simulates the failure (tests only)."""
 
 

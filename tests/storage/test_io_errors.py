@@ -144,3 +144,29 @@ async def test_checkpoint_failure_keeps_the_log(tmp_path: Path) -> None:
     assert not list((tmp_path / "container-0000").glob("checkpoint-*.ckp"))
     async with await SegmentStore.open(cfg) as s:
         assert bytes((await s.read("seg", 0, 10)).data) == b"kept"
+
+
+async def test_chunk_read_failure_is_storage_unavailable(tmp_path: Path) -> None:
+    """A read that needs a chunk file and cannot get it fails with the retriable
+    StorageUnavailable (the server turns it into an error reply), not with a raw OSError
+    that would leave a reader waiting; once the disk answers again the read works."""
+    faults = Faults()
+    cfg = small_config(tmp_path, read_cache_bytes=8 * 1024, flush_bytes=4 * 1024)
+    async with await SegmentStore.open(cfg) as s:
+        s.set_fault_hook(faults)
+        await s.create_segment("seg")
+        data = bytes(range(256)) * 200  # 51,200 bytes, far over the read cache
+        for i in range(0, len(data), 5120):
+            await s.append("seg", data[i : i + 5120])
+        for _ in range(200):  # until the start is only in chunk files
+            if s.try_read("seg", 0, 100) is None:
+                break
+            await asyncio.sleep(0.02)
+        assert s.try_read("seg", 0, 100) is None
+        faults.failing.add("chunk.read")
+        with pytest.raises(StorageUnavailable) as err:
+            await s.read("seg", 0, 1000)
+        assert err.value.retriable
+        faults.failing.clear()
+        r = await s.read("seg", 0, 1000)
+        assert bytes(r.data) == data[:1000]
