@@ -1009,30 +1009,22 @@ async def run_all(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         )
     else:
         skipped.append("100 B fsync=always")
-    if a64 is not None:
-        ratios["append_64k_fsync_always_vs_disk"] = (
-            a64["mb_per_s"] / disk["preallocated"] / TARGETS["append_64k_fsync_always_vs_disk"]
+    for mode, row, key, ref, ref_name in (
+        ("always", a64, "append_64k_fsync_always_vs_disk", disk["preallocated"], "disk"),
+        ("never", n64, "append_64k_fsync_never_vs_loopback", lo["client_to_server"], "loopback"),
+    ):
+        if row is None:
+            skipped.append(f"64 KiB fsync={mode}")
+            continue
+        share = row["mb_per_s"] / ref
+        ratios[key] = share / TARGETS[key]
+        lines.append(
+            f"  64 KiB fsync={mode}: {row['mb_per_s']:.0f} MB/s = {share:.0%} of {ref_name} "
+            f"(target {TARGETS[key]:.0%}): {ratios[key]:.2f}"
         )
         lines.append(
-            f"  64 KiB fsync=always: {a64['mb_per_s']:.0f} MB/s = {a64['mb_per_s'] / disk['preallocated']:.0%} of disk (target 70%): {ratios['append_64k_fsync_always_vs_disk']:.2f}"
+            f"   (= {row['mb_per_s'] / floor[mode]:.0%} of the python floor for the same mode)"
         )
-        lines.append(
-            f"   (= {a64['mb_per_s'] / floor['always']:.0%} of the python floor for the same mode)"
-        )
-    else:
-        skipped.append("64 KiB fsync=always")
-    if n64 is not None:
-        ratios["append_64k_fsync_never_vs_loopback"] = (
-            n64["mb_per_s"] / lo["client_to_server"] / TARGETS["append_64k_fsync_never_vs_loopback"]
-        )
-        lines.append(
-            f"  64 KiB fsync=never: {n64['mb_per_s']:.0f} MB/s = {n64['mb_per_s'] / lo['client_to_server']:.0%} of loopback (target 40%): {ratios['append_64k_fsync_never_vs_loopback']:.2f}"
-        )
-        lines.append(
-            f"   (= {n64['mb_per_s'] / floor['never']:.0%} of the python floor for the same mode)"
-        )
-    else:
-        skipped.append("64 KiB fsync=never")
     if reads:
         best_read = max(reads, key=lambda r: r["mb_per_s"])
         ratios["catchup_read_vs_loopback"] = (
