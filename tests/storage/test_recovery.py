@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -319,3 +320,44 @@ async def test_log_files_are_recycled_not_zero_filled(tmp_path: Path) -> None:
         # Every new file came from the pool but for a few opened while it was empty.
         opened = wal.files_zero_filled + wal.files_recycled + wal.files_created
         assert wal.files_created <= opened // 4
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+async def test_log_rolls_sync_only_when_the_mode_promises_durability(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: str
+) -> None:
+    """fsync=never must not fdatasync log files when it rolls onto them or off them: a
+    recycled file still holds its old records as dirty pages, and syncing it stalls appends
+    for tens of ms per roll. fsync=always syncs every batch. Either way all data reads back."""
+    real = os.fdatasync
+    synced_logs: list[str] = []
+
+    def counting_fdatasync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith(".log"):
+            synced_logs.append(path)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
+    cfg = small_config(
+        tmp_path, fsync=fsync, checkpoint_log_bytes=32 * 1024, log_file_bytes=16 * 1024
+    )
+    expected = bytearray()
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("seg")
+        for i in range(200):
+            payload = bytes([i % 256]) * 1000
+            expected += payload
+            await s.append("seg", payload)
+        wal = s._containers[0]._wal
+        rolled = wal.files_recycled + wal.files_zero_filled + wal.files_created
+        assert rolled >= 10
+        if fsync == "never":
+            assert synced_logs == []
+        else:
+            assert len(synced_logs) >= 200
+    async with await SegmentStore.open(small_config(tmp_path)) as s:
+        got = bytearray()
+        while len(got) < len(expected):
+            got += (await s.read("seg", len(got), 1 << 20)).data
+        assert got == expected
