@@ -103,6 +103,26 @@ class SegmentCache:
             out.append(bytes(self.tail[offset - base : end - base]))
         return out
 
+    def evict_front(self, want: int, limit: int) -> int:
+        """Drop the oldest cached bytes below ``limit``, whole blocks first, until at least
+        ``want`` bytes are gone (or nothing below ``limit`` is left); returns bytes freed."""
+        blocks = self.blocks
+        starts = self.starts
+        freed = 0
+        drop = 0
+        while drop < len(blocks) and freed < want and starts[drop] + len(blocks[drop]) <= limit:
+            freed += len(blocks[drop])
+            drop += 1
+        if drop == len(blocks) and freed < want:
+            # Every block goes (the last one ends where the tail starts, at or below
+            # ``limit``), and some of the tail too.
+            return self.evict_below(min(limit, self.tail_start + want - freed))
+        if drop:
+            del blocks[:drop]
+            del starts[:drop]
+            self.start = starts[0] if blocks else self.tail_start
+        return freed
+
     def evict_below(self, limit: int) -> int:
         """Drop cached bytes below ``limit``: whole blocks, and the front of the tail (which
         holds the newest data, so it is usually only partly flushed); returns bytes freed."""
@@ -158,15 +178,18 @@ class ReadCache:
         return self.size > self.budget
 
     def evict(self) -> None:
-        """Evict flushed data, least recently used segments first, until under budget."""
+        """Once over budget, evict flushed data, oldest bytes of the least recently used
+        segments first, down to 3/4 of the budget: the rest stays for readers a little
+        behind the tail, and the next appends do not evict again at once."""
         if self.size <= self.budget:
             return
+        target = self.budget - self.budget // 4
         for seg in list(self._lru.values()):
             cache = seg.cache
             assert cache is not None
-            self.size -= cache.evict_below(seg.flushed)
+            self.size -= cache.evict_front(self.size - target, seg.flushed)
             if cache.size == 0:
                 seg.cache = None
                 del self._lru[seg.id]
-            if self.size <= self.budget:
+            if self.size <= target:
                 return

@@ -56,3 +56,29 @@ def test_read_cache_evicts_only_flushed_data_and_drops_empty_caches() -> None:
     assert segs[0].cache is None  # wholly flushed and evicted
     assert segs[1].cache is not None and segs[1].cache.start == 300
     assert rc.size == 2400 - 800 - 300
+
+
+def test_evict_front_takes_the_oldest_bytes_and_stops_at_what_is_wanted() -> None:
+    cache, whole = _filled([b"a" * OWN_BLOCK, b"b" * OWN_BLOCK, b"c" * OWN_BLOCK, b"d" * 100])
+    end = cache.end
+    assert cache.evict_front(10, end) == OWN_BLOCK  # a whole block, not less
+    assert cache.start == 1000 + OWN_BLOCK
+    assert cache.evict_front(OWN_BLOCK + 1, 1000 + 2 * OWN_BLOCK) == OWN_BLOCK  # limit stops it
+    assert cache.start == 1000 + 2 * OWN_BLOCK
+    assert cache.evict_front(OWN_BLOCK + 40, end) == OWN_BLOCK + 40  # into the tail
+    assert (cache.start, cache.size) == (end - 60, 60)
+    assert bytes(cache.read(cache.start, end)) == whole[-60:]
+
+
+def test_read_cache_evicts_to_three_quarters_keeping_the_newest_data() -> None:
+    rc = ReadCache(budget=4 * OWN_BLOCK)
+    seg = SegmentMeta("s", 1, 0, 0)
+    data = b"".join(bytes([i]) * OWN_BLOCK for i in range(6))
+    for i in range(6):
+        rc.add(seg, data[i * OWN_BLOCK : (i + 1) * OWN_BLOCK], i * OWN_BLOCK)
+    seg.length = seg.flushed = len(data)
+    rc.evict()
+    assert rc.size == 3 * OWN_BLOCK  # down to 3/4 of the budget, not to nothing
+    cache = seg.cache
+    assert cache is not None and cache.start == 3 * OWN_BLOCK
+    assert bytes(cache.read(cache.start, cache.end)) == data[3 * OWN_BLOCK :]
