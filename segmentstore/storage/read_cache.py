@@ -5,7 +5,9 @@
 # evicted only from the front and only once written to the segment's chunk files
 # (``seg.flushed``), so every committed byte is at all times in the cache, in a chunk file,
 # or both: ``start <= flushed``. ``ReadCache`` keeps the total under its budget by evicting
-# flushed data of the least recently used segments; unflushed data cannot be evicted, so the
+# the oldest flushed bytes of the least recently used segments, down to 3/4 of the budget
+# (so readers a little behind a busy tail still find theirs); unflushed data cannot be
+# evicted, so the
 # container flushes when the cache is over budget. A segment whose cache empties drops it
 # (``seg.cache = None``): idle segments hold no buffers.
 #
