@@ -7,9 +7,8 @@
 # or both: ``start <= flushed``. ``ReadCache`` keeps the total under its budget by evicting
 # the oldest flushed bytes of the least recently used segments, down to 3/4 of the budget
 # (so readers a little behind a busy tail still find theirs); unflushed data cannot be
-# evicted, so the
-# container flushes when the cache is over budget. A segment whose cache empties drops it
-# (``seg.cache = None``): idle segments hold no buffers.
+# evicted, so the container flushes when the cache is over budget. A segment whose cache
+# empties drops it (``seg.cache = None``): idle segments hold no buffers.
 #
 # Small appends are copied into a growing ``bytearray`` tail (one small copy beats one object
 # per append); big ones are kept as the caller's bytes objects (no copy at all).

@@ -156,6 +156,8 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
     # Nothing goes into a log file before its header is durable, so a newest file without a
     # valid header was being created (or recycled) at the crash and holds no records: the
     # file before it is then the last one, and bytes after its records are a torn tail.
+    # (fsync=never syncs no log file: after a power loss there, whatever does not line up
+    # is discarded by the checks below, with an error logged, and the rest is recovered.)
     last_with_records = len(infos) - 1
     if infos and not infos[-1].header_ok:
         last_with_records -= 1
