@@ -171,7 +171,10 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
         if not info.header_ok:
             if i == len(infos) - 1:
                 log.info(
-                    "recovery %s: removed log file %s cut off while being created",
+                    "recovery %s: removed newest log file %s, its header is not valid: it "
+                    "was being created or recycled when the server stopped (with "
+                    "fsync=never, a power loss leaves it so too, and what was written to it "
+                    "is lost)",
                     label,
                     info.path,
                 )

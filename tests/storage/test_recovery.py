@@ -365,7 +365,7 @@ async def test_log_rolls_sync_only_when_the_mode_promises_durability(
 
 @pytest.mark.parametrize("lost", ["newest header", "middle of an older file"])
 async def test_fsync_never_power_loss_recovers_a_prefix_of_every_segment(
-    tmp_path: Path, crash_copy: Callable[[Path], Path], lost: str
+    tmp_path: Path, crash_copy: Callable[[Path], Path], caplog: pytest.LogCaptureFixture, lost: str
 ) -> None:
     """fsync=never syncs no log file, so a power loss can leave any page of them unwritten:
     a recycled file's new header (its old one stays), or part of an older file. Recovery
@@ -400,7 +400,14 @@ async def test_fsync_never_power_loss_recovers_a_prefix_of_every_segment(
         half = len(raw) // 2
         raw[half:] = bytes(range(7, 250)) * (len(raw[half:]) // 243) + bytes(len(raw[half:]) % 243)
         victim.path.write_bytes(bytes(raw))
-    async with await SegmentStore.open(small_config(copy, fsync="never")) as s:
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="segmentstore.storage"):
+        store = await SegmentStore.open(small_config(copy, fsync="never"))
+    said = [r.getMessage() for r in caplog.records]
+    if lost == "newest header":
+        # The operator is told which file went and that its records may be lost with it.
+        assert any(infos[-1].path.name in m and "is lost" in m for m in said), said
+    async with store as s:
         for name, data in expected.items():
             length = s.info(name).length
             got = bytearray()
