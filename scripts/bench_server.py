@@ -587,16 +587,6 @@ async def tail_run(server: ServerProc, count: int) -> dict[str, Any]:
 # --- the comparison limits -----------------------------------------------------------------
 
 
-def _prewritten(path: Path, size: int) -> int:
-    """Open ``path`` as a ``size``-byte file whose blocks have all been written and synced."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.posix_fallocate(fd, 0, size)
-    for pos in range(0, size, 1 << 20):
-        os.pwrite(fd, bytes(1 << 20), pos)
-    os.fsync(fd)
-    return fd
-
-
 def _rewrite_synced(fd: int, block: bytes, blocks: int, duration: float) -> int:
     """1 MiB pwrite + fdatasync, round the file's ``blocks`` MiB, for ``duration``; a count."""
     n, t0 = 0, time.perf_counter()
@@ -618,7 +608,8 @@ def disk_rate(base: Path, duration: float) -> dict[str, float]:
     fds = []
     try:
         for path in paths:
-            fds.append(_prewritten(path, blocks << 20))
+            _zero_fill(path, blocks << 20)
+            fds.append(os.open(path, os.O_RDWR))
         t0 = time.perf_counter()
         n = _rewrite_synced(fds[0], block, blocks, duration)
         out["preallocated"] = n * (1 << 20) / (time.perf_counter() - t0) / 1e6
