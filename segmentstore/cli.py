@@ -1,9 +1,16 @@
-"""``segmentstore`` command line: ``segmentstore serve [options]``."""
+"""``segmentstore`` command line: ``segmentstore serve [options]`` and the subcommands of
+the modules named in ``SUBCOMMANDS``.
+
+A subcommand module (``segmentstore/commands/<name>.py``) has
+``add_parser(subparsers) -> None``, which adds its parser(s) and sets
+``func=handler`` with ``set_defaults``; ``handler(args) -> int`` returns the exit code.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -12,9 +19,14 @@ from pathlib import Path
 from . import __version__
 from .config import FSYNC_MODES, ConfigError, load_config
 
+# One line per subcommand module; each module's add_parser registers its commands.
+SUBCOMMANDS: tuple[str, ...] = ()
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="segmentstore", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="segmentstore", description="A Pravega-style segment store and its tools."
+    )
     p.add_argument("--version", action="version", version=f"segmentstore {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser(
@@ -52,11 +64,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=("on", "off"),
         help="write and read chunk files with O_DIRECT, bypassing the page cache (default on)",
     )
+    for name in SUBCOMMANDS:
+        importlib.import_module(name).add_parser(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command != "serve":
+        code: int = args.func(args)
+        return code
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
     try:
         config = load_config(flags, toml_path=args.config)

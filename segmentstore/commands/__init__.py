@@ -1,0 +1,1 @@
+"""Subcommands of the ``segmentstore`` command line other than ``serve`` (see ``cli.py``)."""
