@@ -60,11 +60,16 @@ def event_dict(offset: int, data: bytes) -> dict[str, Any]:
         "length": len(data),
         "next_offset": offset + 8 + len(data),
     }
-    try:
-        d["data"] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        d["data_b64"] = base64.b64encode(data).decode("ascii")
+    put_bytes(d, "data", data)
     return d
+
+
+def put_bytes(d: dict[str, Any], name: str, data: bytes) -> None:
+    """``d[name]`` = ``data`` as text when it is valid UTF-8, else ``d[name + "_b64"]``."""
+    try:
+        d[name] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        d[name + "_b64"] = base64.b64encode(data).decode("ascii")
 
 
 def event_json(offset: int, data: bytes) -> str:
