@@ -23,6 +23,7 @@ from .config import FSYNC_MODES, ConfigError, load_config
 SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.segment",
     "segmentstore.commands.table",
+    "segmentstore.commands.health",
 )
 
 

@@ -198,13 +198,17 @@ def timeout(args: argparse.Namespace) -> float:
     return float(getattr(args, "timeout", DEFAULT_TIMEOUT))
 
 
+def parsed_endpoint(args: argparse.Namespace) -> sc.Endpoint:
+    try:
+        return sc.Endpoint.parse(endpoint(args))
+    except ValueError as e:
+        raise CliError(f"bad endpoint: {e}", Exit.USAGE) from None
+
+
 def connect(args: argparse.Namespace, *, reconnect_for: float = 0.0) -> sc.Client:
     """A client per the global options. ``reconnect_for`` is how long lost connections
     are retried; 0 (one-shot commands) reports a refused connection at once."""
-    try:
-        target = sc.Endpoint.parse(endpoint(args))
-    except ValueError as e:
-        raise CliError(f"bad endpoint: {e}", Exit.USAGE) from None
+    target = parsed_endpoint(args)
     t = timeout(args)
     return sc.connect(
         str(target),

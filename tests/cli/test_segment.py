@@ -207,7 +207,7 @@ def test_connection_errors_and_usage() -> None:
         r = run_cli("segment", "info", "x/0", "--endpoint", ep, "--timeout", "0.5")
         assert r.returncode == 3 and b"did not answer Hello" in r.stderr
         assert time.monotonic() - t0 < 10 and len(lines(r.stderr)) == 1
-    with _mute_server() as ep:  # answers Hello, then nothing
+    with mute_server() as ep:  # answers Hello, then nothing
         r = run_cli("segment", "info", "x/0", "--endpoint", ep, "--timeout", "0.5")
         assert r.returncode == 10 and len(lines(r.stderr)) == 1, r.stderr
     r = run_cli("segment", "info", "x/0", "--endpoint", "http://h:1")
@@ -222,7 +222,7 @@ def test_connection_errors_and_usage() -> None:
 
 
 @contextlib.contextmanager
-def _mute_server() -> Iterator[str]:
+def mute_server() -> Iterator[str]:
     """A peer that completes the Hello exchange and then never answers a request."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
