@@ -28,6 +28,7 @@ from ._render import event_from_json, event_json, parse_from
 from ._segment_write import read_blocks, split
 
 _LENGTH: Final = struct.Struct(">I")
+PROGRESS_DELAY_ENV: Final = "SEGMENTSTORE_PROGRESS_DELAY"  # seconds before a bar shows (1)
 FORMATS = ("auto", "lp", "jsonl")
 
 
@@ -93,7 +94,7 @@ def progress(args: argparse.Namespace, total: int | None, desc: str) -> Any:
         unit="B",
         unit_scale=True,
         unit_divisor=1024,
-        delay=1.0,
+        delay=float(os.environ.get(PROGRESS_DELAY_ENV) or 1.0),
         mininterval=0.25,
         file=sys.stderr,
         disable=True if getattr(args, "quiet", False) else None,  # None: only on a terminal
