@@ -24,6 +24,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.segment",
     "segmentstore.commands.table",
     "segmentstore.commands.health",
+    "segmentstore.commands.bench",
 )
 
 

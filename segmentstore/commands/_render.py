@@ -135,15 +135,23 @@ def iso_ms(ms: int) -> str:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_NUMBER: Final = re.compile(r"-?[\d,]+(\.\d+)?")
+
+
+def _is_number(cell: object) -> bool:
+    if isinstance(cell, bool):
+        return False
+    return isinstance(cell, int | float) or (
+        isinstance(cell, str) and bool(_NUMBER.fullmatch(cell))
+    )
+
+
 def aligned(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A table for people: a header line and one line per row, columns padded to their
     widest cell; numbers right-aligned."""
     cells = [[str(c) for c in headers], *([str(c) for c in row] for row in rows)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    numeric = [
-        all(isinstance(row[i], int) and not isinstance(row[i], bool) for row in rows) and rows
-        for i in range(len(headers))
-    ]
+    numeric = [bool(rows) and all(_is_number(row[i]) for row in rows) for i in range(len(headers))]
     out = []
     for r in cells:
         parts = [c.rjust(widths[i]) if numeric[i] else c.ljust(widths[i]) for i, c in enumerate(r)]
