@@ -25,6 +25,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.table",
     "segmentstore.commands.health",
     "segmentstore.commands.bench",
+    "segmentstore.commands.completion",
 )
 
 
