@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import segmentstore_client as sc
 from segmentstore_client import errors as E
@@ -258,6 +258,16 @@ def run(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
             message = f"internal error: {message} (run with --debug for the traceback)"
         print(f"segmentstore: {message}", file=sys.stderr)
         return code
+
+
+def write_all(out: IO[bytes], data: bytes) -> None:
+    """Write all of ``data`` and flush. A pipe whose reader goes away mid-write takes part
+    of it and reports success; the next write then raises BrokenPipeError (exit 141)."""
+    view = memoryview(data)
+    while view:
+        n = out.write(view)
+        view = view[n or 0 :]
+    out.flush()
 
 
 def stdout_closed() -> int:

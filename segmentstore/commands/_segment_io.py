@@ -23,7 +23,17 @@ from typing import IO, Any, Final
 
 from segmentstore_client.protocol import MAX_EVENT_SIZE
 
-from ._cli import CliError, Exit, add_leaf, command, connect, non_negative_int, segment_name, status
+from ._cli import (
+    CliError,
+    Exit,
+    add_leaf,
+    command,
+    connect,
+    non_negative_int,
+    segment_name,
+    status,
+    write_all,
+)
 from ._render import event_from_json, event_json, parse_from
 from ._segment_write import read_blocks, split
 
@@ -228,7 +238,7 @@ async def _export(args: argparse.Namespace) -> int:
                     if remaining is not None:
                         batch = batch[:remaining]
                         remaining -= len(batch)
-                    out.write(encode(batch))
+                    write_all(out, encode(batch))
                     bar.update(batch[-1].next_offset - batch[0].offset)
                     count += len(batch)
                     nbytes += sum(len(e.data) for e in batch)

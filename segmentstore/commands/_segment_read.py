@@ -17,7 +17,16 @@ from typing import Any
 
 import segmentstore_client as sc
 
-from ._cli import Exit, add_leaf, command, connect, non_negative_int, segment_name, status
+from ._cli import (
+    Exit,
+    add_leaf,
+    command,
+    connect,
+    non_negative_int,
+    segment_name,
+    status,
+    write_all,
+)
 from ._render import event_json, parse_from, record_json, text_line
 
 FORMATS = ("text", "json", "records", "raw")
@@ -122,8 +131,7 @@ async def print_events(args: argparse.Namespace, reader: sc.EventReader, count: 
                 break
             if count is not None:
                 batch = batch[: count - printed]
-            out.write(b"".join([render(e) for e in batch]))
-            out.flush()
+            write_all(out, b"".join([render(e) for e in batch]))
             printed += len(batch)
     finally:
         await reader.close()

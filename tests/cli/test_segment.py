@@ -274,3 +274,20 @@ def test_tail_follow_sees_a_new_event_within_a_second(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_closed_stdout_ends_quietly(module_server: object, cli: CliRunner, segment: str) -> None:
+    endpoint = module_server.endpoint  # type: ignore[attr-defined]
+    cli("segment", "create", segment)
+    cli("segment", "write", segment, input=b"".join(b"line %d\n" % i for i in range(50_000)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "segmentstore", "segment", "cat", segment],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(endpoint),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()  # as `| head -1` does
+    assert proc.wait(30) == 141
+    assert proc.stderr.read() == b""
