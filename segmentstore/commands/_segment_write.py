@@ -137,6 +137,8 @@ async def _write(args: argparse.Namespace) -> int:
                 await writer.write_many(events)
                 written = len(events)
             else:
+                if args.file == "-" and sys.stdin.isatty():
+                    status(args, "reading events from the terminal, one per line; Ctrl-D ends")
                 async for pieces in split(read_blocks(args.file), delimiter):
                     events = list(_decode(pieces, args.format, written + 1))
                     await writer.write_many(events)

@@ -12,7 +12,10 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+from segmentstore_client import errors as E
 
 from ._cli import (
     CliError,
@@ -22,6 +25,7 @@ from ._cli import (
     command,
     connect,
     examples,
+    exit_code,
     non_negative_int,
     segment_name,
     status,
@@ -60,7 +64,7 @@ def add_parser(subparsers: Any) -> None:
     c.add_argument("table", type=segment_name)
     c.add_argument("--key-length", type=non_negative_int, default=0, help="fixed key size (0: any)")
     c.add_argument("--exist-ok", action="store_true", help="no error if it exists")
-    c.set_defaults(func=command(_create))
+    c.set_defaults(func=table_command(_create))
 
     g = add_leaf(
         sub,
@@ -77,7 +81,7 @@ def add_parser(subparsers: Any) -> None:
     g.add_argument(
         "--json", action="store_true", help="one JSON object (key, value, version) per key"
     )
-    g.set_defaults(func=command(_get))
+    g.set_defaults(func=table_command(_get))
 
     u = add_leaf(
         sub,
@@ -98,7 +102,7 @@ def add_parser(subparsers: Any) -> None:
     cond = u.add_mutually_exclusive_group()
     cond.add_argument("--version", type=int, help="update only if the key has this version")
     cond.add_argument("--must-not-exist", action="store_true", help="insert only if absent")
-    u.set_defaults(func=command(_put))
+    u.set_defaults(func=table_command(_put))
 
     r = add_leaf(
         sub,
@@ -113,7 +117,7 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("table", type=segment_name)
     r.add_argument("keys", nargs="+", metavar="KEY")
     r.add_argument("--version", type=int, help="remove only if the key has this version (one key)")
-    r.set_defaults(func=command(_rm))
+    r.set_defaults(func=table_command(_rm))
 
     ls = add_leaf(
         sub,
@@ -129,7 +133,7 @@ def add_parser(subparsers: Any) -> None:
     ls.add_argument("--json", action="store_true", help="one JSON object per entry and line")
     ls.add_argument("--keys-only", action="store_true", help="keys and versions, no values")
     ls.add_argument("--limit", type=non_negative_int, help="stop after this many entries")
-    ls.set_defaults(func=command(_ls))
+    ls.set_defaults(func=table_command(_ls))
 
     i = add_leaf(
         sub,
@@ -140,7 +144,7 @@ def add_parser(subparsers: Any) -> None:
     )
     i.add_argument("table", type=segment_name)
     i.add_argument("--json", action="store_true", help="one JSON object")
-    i.set_defaults(func=command(_info))
+    i.set_defaults(func=table_command(_info))
 
     d = add_leaf(
         sub,
@@ -155,7 +159,22 @@ def add_parser(subparsers: Any) -> None:
     d.add_argument("table", type=segment_name)
     d.add_argument("--must-be-empty", action="store_true", help="refuse if keys remain (exit 8)")
     d.add_argument("--missing-ok", action="store_true", help="no error if it does not exist")
-    d.set_defaults(func=command(_delete))
+    d.set_defaults(func=table_command(_delete))
+
+
+def table_command(
+    body: Callable[[argparse.Namespace], Awaitable[int]],
+) -> Callable[[argparse.Namespace], int]:
+    """:func:`command` whose "no such" / "already exists" errors name a table."""
+
+    async def worded(args: argparse.Namespace) -> int:
+        try:
+            return await body(args)
+        except (E.NoSuchSegment, E.SegmentAlreadyExists) as e:
+            what = "does not exist" if isinstance(e, E.NoSuchSegment) else "already exists"
+            raise CliError(f"table {args.table!r} {what}", exit_code(e)) from e
+
+    return command(worded)
 
 
 def _entry_json(key: bytes, value: bytes | None, version: int) -> str:

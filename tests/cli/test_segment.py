@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from segmentstore_client import sync
 from segmentstore_client.protocol import OLDEST_COMPATIBLE_VERSION, WIRE_VERSION, Hello, encode
@@ -291,3 +292,30 @@ def test_closed_stdout_ends_quietly(module_server: object, cli: CliRunner, segme
     proc.stdout.close()  # as `| head -1` does
     assert proc.wait(30) == 141
     assert proc.stderr.read() == b""
+
+
+def test_tail_follow_rides_out_a_server_restart(server_factory: Any) -> None:
+    server = server_factory()
+    server.start()
+    segment = "cli/restart/0"
+    assert run_cli("segment", "create", segment, endpoint=server.endpoint).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "segmentstore", "segment", "tail", "-f", "-n", "0", segment],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(server.endpoint),
+    )
+    got: queue.Queue[bytes] = queue.Queue()
+    assert proc.stdout is not None
+    threading.Thread(target=lambda: [got.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    try:
+        time.sleep(1.0)  # the follower is parked on the tail
+        assert server.stop() == 0
+        server.restart()  # same data dir and port
+        r = run_cli("segment", "write", segment, "after restart", endpoint=server.endpoint)
+        assert r.returncode == 0, r.stderr
+        assert got.get(timeout=30) == b"after restart\n"
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()

@@ -101,3 +101,23 @@ def test_progress_bar_on_a_large_import(
     assert child.exitstatus == 0
     screen = screen_of(child.before)
     assert len(screen) == 1 and screen[0].startswith("imported 1 events"), screen
+
+
+def test_write_from_a_terminal_sends_each_line_as_typed(
+    module_server: ServerProcess, cli: CliRunner, segment: str
+) -> None:
+    cli("segment", "create", segment)
+    child = spawn(module_server.endpoint, "segment", "write", segment)
+    try:
+        child.expect("Ctrl-D ends")
+        child.sendline("typed 1")
+        deadline = time.monotonic() + 10
+        while cli("segment", "cat", segment).stdout != b"typed 1\n":  # before end of input
+            assert time.monotonic() < deadline, "the typed line was not written"
+            time.sleep(0.2)
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert b"wrote 1 events" in child.before
