@@ -58,9 +58,9 @@ class CliError(Exception):
         self.code = code
 
 
-# Most specific first: the first class the error is an instance of decides its code.
+# Most specific first: the first class the error is an instance of decides its code
+# (a CliError carries its own).
 EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
-    (CliError, Exit.FAILED),  # replaced by its own code in exit_code()
     (E.ConnectFailed, Exit.UNREACHABLE),
     (E.ConnectionLost, Exit.CONNECTION_LOST),
     (E.Timeout, Exit.TIMEOUT),

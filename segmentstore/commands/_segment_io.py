@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import struct
 import sys
 import time
@@ -186,7 +187,8 @@ async def _import(args: argparse.Namespace) -> int:
     fmt = file_format(args)
     size = None
     if args.file != "-":
-        size = os.stat(args.file).st_size  # a missing file fails before connecting
+        st = os.stat(args.file)  # a missing file fails before connecting
+        size = st.st_size if stat.S_ISREG(st.st_mode) else None  # pipes: no total
     parse = length_prefixed if fmt == "lp" else json_lines
     count = nbytes = 0
     started = time.perf_counter()
