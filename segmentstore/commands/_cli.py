@@ -256,7 +256,7 @@ def run(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
         message = one_line(e)
         if code == Exit.INTERNAL:
             message = f"internal error: {message} (run with --debug for the traceback)"
-        print(f"segmentstore: {message}", file=sys.stderr)
+        print(f"segmentstore: {printable(message)}", file=sys.stderr)
         return code
 
 
@@ -280,7 +280,20 @@ def stdout_closed() -> int:
     return Exit.PIPE
 
 
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (controls, line breaks, bidi
+    and other format marks, unassigned code points) written as ``\\uNNNN``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    n = ord(c)
+    return f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+
+
 def status(args: argparse.Namespace, message: str) -> None:
     """A summary line for people on stderr (not with ``--quiet``)."""
     if not getattr(args, "quiet", False):
-        print(message, file=sys.stderr, flush=True)
+        print(printable(message), file=sys.stderr, flush=True)

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from segmentstore_client import Position, records
 
-from ._cli import CliError, Exit
+from ._cli import CliError, Exit, printable
 
 _PLAIN: Final = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")  # printable ASCII but the backslash
 _ESCAPES: Final[dict[int, str]] = {
@@ -40,16 +40,8 @@ def text_line(data: bytes) -> str:
     if _PLAIN.fullmatch(data):
         return data.decode("ascii")
     text = data.replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
-    text = text.translate(_ESCAPES)
-    if text.isprintable():
-        return text
-    # format characters (bidi overrides, zero-width), unassigned code points, ...
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
-
-
-def _escape(c: str) -> str:
-    n = ord(c)
-    return f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
+    # then format characters (bidi overrides, zero-width), unassigned code points, ...
+    return printable(text.translate(_ESCAPES))
 
 
 def event_dict(offset: int, data: bytes) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any
 
+from segmentstore_client.protocol.names import encode_name
+
 from . import _segment_io, _segment_read, _segment_write
 from ._cli import (
     CliError,
@@ -24,7 +26,7 @@ from ._cli import (
     segment_name,
     status,
 )
-from ._render import aligned, iso_ms, parse_from
+from ._render import aligned, iso_ms, parse_from, text_line
 
 EXIT_CODE_HELP = """exit codes:
   0 ok           3 unreachable   4 no such segment/table   5 already exists
@@ -162,7 +164,7 @@ async def _info(args: argparse.Namespace) -> int:
     headers = ("SEGMENT", "LENGTH", "START", "EVENTS", "SEALED", "MODIFIED")
     table = [
         (
-            r["segment"],
+            text_line(encode_name(r["segment"])),  # names may hold bidi and other format marks
             r["length"],
             r["start_offset"],
             r["events"],

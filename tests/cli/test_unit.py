@@ -116,3 +116,9 @@ def test_every_subcommand_has_examples_in_its_help() -> None:
         assert "segmentstore " + " ".join(path) in help_text.split("\nexamples:\n")[1], path
         if path != ("completion",):
             assert "--endpoint" in help_text, path
+
+
+def test_messages_for_people_escape_what_is_not_printable() -> None:
+    assert _cli.printable("deleted rtl\u202eevil/0") == "deleted rtl\\u202eevil/0"
+    assert _cli.printable("plain wörld") == "plain wörld"
+    assert _cli.printable("\U000e0001tag") == "\\U000e0001tag"
