@@ -243,7 +243,7 @@ async def _export(args: argparse.Namespace) -> int:
                     write_all(out, encode(batch))
                     bar.update(batch[-1].next_offset - batch[0].offset)
                     count += len(batch)
-                    nbytes += sum(len(e.data) for e in batch)
+                    nbytes += batch[-1].next_offset - batch[0].offset - 8 * len(batch)
             await reader.close()
         finally:
             if out is not sys.stdout.buffer:
