@@ -149,6 +149,16 @@ def test_seal_truncate_merge_delete_and_their_errors(cli: CliRunner, segment: st
     assert lines(cli("segment", "cat", segment).stdout) == ["b", "c"]
     r = cli("segment", "truncate", segment, "1000")
     assert r.returncode == 7
+    other = segment + "-2"
+    cli("segment", "create", other)
+    cli("segment", "write", other, "x", "y")
+    assert cli("segment", "truncate", other, "end").returncode == 0
+    r = cli("segment", "info", segment, other, "--json")
+    infos = [json.loads(x) for x in lines(r.stdout)]
+    assert [(i["segment"], i["start_offset"], i["length"]) for i in infos] == [
+        (segment, 9, 27),
+        (other, 18, 18),
+    ]
 
     src = segment + "#txn"
     cli("segment", "create", src)
@@ -196,6 +206,9 @@ def test_connection_errors_and_usage() -> None:
         f"segmentstore: could not connect to tcp://127.0.0.1:{port}"
     )
     assert len(lines(r.stderr)) == 1
+    # the options work on the group level too
+    r = run_cli("segment", "--endpoint", f"tcp://127.0.0.1:{port}", "info", "x/0")
+    assert r.returncode == 3
     # the environment variable is the default endpoint
     r = run_cli("segment", "info", "x/0", endpoint=f"tcp://127.0.0.1:{port}")
     assert r.returncode == 3
