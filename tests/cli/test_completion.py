@@ -42,3 +42,24 @@ def test_bash_completion_script() -> None:
     assert out.stdout.decode().splitlines() == list(CASES.values()), out.stderr
     assert run_cli("completion", "zsh").stdout.count(b"bashcompinit") == 2
     assert run_cli("completion", "fish").returncode == 2
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="needs zsh")
+def test_zsh_runs_the_script_through_bashcompinit() -> None:
+    # zsh calls the function under sh emulation (0-based arrays) and filters the
+    # candidates by the typed prefix itself (compadd); the candidate sets are checked here.
+    r = run_cli("completion", "zsh")
+    probe = (
+        '\nt() { emulate -L sh; COMP_WORDS=("$@"); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ));'
+        ' _segmentstore; echo "${COMPREPLY[*]}"; }\n'
+        't segmentstore segment cat demo/0 --format ""\n'
+        't segmentstore table ""\n'
+        "t segmentstore --debug segment tail demo/0 --li\n"
+    )
+    out = subprocess.run(
+        ["zsh", "-f", "-c", r.stdout.decode() + probe], capture_output=True, timeout=30, check=True
+    )
+    lines = out.stdout.decode().splitlines()
+    assert lines[0] == "text json records raw"
+    assert lines[1] == "create get put rm ls info delete"
+    assert "--lines" in lines[2].split() and "--follow" in lines[2].split()
