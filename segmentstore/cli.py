@@ -20,7 +20,13 @@ from . import __version__
 from .config import FSYNC_MODES, ConfigError, load_config
 
 # One line per subcommand module; each module's add_parser registers its commands.
-SUBCOMMANDS: tuple[str, ...] = ()
+SUBCOMMANDS: tuple[str, ...] = (
+    "segmentstore.commands.segment",
+    "segmentstore.commands.table",
+    "segmentstore.commands.health",
+    "segmentstore.commands.bench",
+    "segmentstore.commands.completion",
+)
 
 
 def _parser() -> argparse.ArgumentParser:
