@@ -324,3 +324,17 @@ def test_xxh32_known_vectors() -> None:
     assert _compression.xxh32(b"") == 0x02CC5D05
     assert _compression.xxh32(b"a") == 0x550D7456
     assert _compression.xxh32(b"Nobody inspects the spammish repetition") == 0xE2293B2F
+
+
+def test_decoder_returns_good_messages_before_a_damaged_one() -> None:
+    good = kafka.encode_message_set([Message(b"a"), Message(b"b")])
+    bad = bytearray(kafka.encode_message_set([Message(b"c")], base_offset=2))
+    bad[-1] ^= 1
+    dec = kafka.MessageSetDecoder()
+    assert [m.value for m in dec.feed(good + bytes(bad))] == [b"a", b"b"]
+    with pytest.raises(CrcMismatch, match=f"entry at byte {len(good)} of the input"):
+        dec.feed(b"")
+    with pytest.raises(CrcMismatch):
+        dec.finish()
+    with pytest.raises(CrcMismatch):
+        kafka.MessageSetDecoder().feed(bytes(bad))

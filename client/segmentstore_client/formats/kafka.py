@@ -58,9 +58,17 @@ from typing import Any, Final
 
 from ..records import _parse, _render
 from . import _compression
-from .errors import CodecUnavailable, CrcMismatch, InvalidLayout, TooLarge, TruncatedInput
+from .errors import (
+    CodecUnavailable,
+    CrcMismatch,
+    FormatError,
+    InvalidLayout,
+    TooLarge,
+    TruncatedInput,
+)
 
 __all__ = [
+    "LOG_ENTRY",
     "LOG_OVERHEAD",
     "NO_TIMESTAMP",
     "Codec",
@@ -85,7 +93,8 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
 _CODEC_MASK: Final = 0x07
 _TS_TYPE_BIT: Final = 0x08
 _CRC: Final = struct.Struct(">I")
-_ENTRY: Final = struct.Struct(">qi")
+LOG_ENTRY: Final = struct.Struct(">qi")
+"""The offset and size in front of each message of a message set."""
 _HEAD0: Final = struct.Struct(">bbi")  # magic, attributes, key size
 _HEAD1: Final = struct.Struct(">bbqi")  # magic, attributes, timestamp, key size
 _I32: Final = struct.Struct(">i")
@@ -371,7 +380,7 @@ def encode_message_set(
             ts = wrapper_timestamp
     off = base_offset + len(msgs) - 1 if wrapper_offset is None else wrapper_offset
     wrapper = encode_message(value, None, timestamp=ts, attributes=attrs, magic=magic)
-    return _ENTRY.pack(off, len(wrapper)) + wrapper
+    return LOG_ENTRY.pack(off, len(wrapper)) + wrapper
 
 
 def _plain_set(msgs: list[Message], magic: int, base_offset: int, *, relative: bool) -> bytes:
@@ -381,7 +390,7 @@ def _plain_set(msgs: list[Message], magic: int, base_offset: int, *, relative: b
         ts = m.timestamp if magic == 1 else NO_TIMESTAMP
         attrs = m.attributes if magic == 1 else m.attributes & ~_TS_TYPE_BIT
         body = encode_message(m.value, m.key, timestamp=ts, attributes=attrs, magic=magic)
-        parts.append(_ENTRY.pack(first + i, len(body)))
+        parts.append(LOG_ENTRY.pack(first + i, len(body)))
         parts.append(body)
     return b"".join(parts)
 
@@ -437,47 +446,68 @@ class MessageSetDecoder:
     ) -> None:
         self.max_message_size = max_message_size
         self._inner = _inner
+        self._error: FormatError | None = None
+        self._pos = 0
         self._buf = bytearray()
         self.consumed = 0
         """Bytes of input fully decoded so far."""
 
     def feed(self, data: bytes | memoryview) -> list[Message]:
+        """The messages completed by ``data``. When an entry is damaged, the messages
+        before it are returned first and its error is raised by the next ``feed`` or
+        ``finish`` (so nothing good is lost); the decoder stays failed."""
+        if self._error is not None:
+            raise self._error
         buf = self._buf
         buf += data
         out: list[Message] = []
         pos = 0
-        n = len(buf)
-        with memoryview(buf) as mv:
-            while pos + LOG_OVERHEAD <= n:
-                offset, size = _ENTRY.unpack_from(mv, pos)
-                if size < _MIN_SIZE[0]:
-                    raise InvalidLayout(
-                        f"message size {size} at offset {offset} (byte {self.consumed + pos}) "
-                        f"is below the minimum of {_MIN_SIZE[0]}"
-                    )
-                if size > self.max_message_size:
-                    raise TooLarge(
-                        f"message size {size} at offset {offset} exceeds the limit of "
-                        f"{self.max_message_size} bytes"
-                    )
-                end = pos + LOG_OVERHEAD + size
-                if end > n:
-                    break
-                msg = decode_message(mv[pos + LOG_OVERHEAD : end], offset=offset)
-                if msg.attributes & _CODEC_MASK:
-                    if self._inner:
-                        raise InvalidLayout(
-                            f"a compressed wrapper holds the compressed message at offset {offset}"
-                        )
-                    out.extend(self._unwrap(msg))
-                else:
-                    out.append(msg)
-                pos = end
+        try:
+            with memoryview(buf) as mv:
+                pos = self._decode(mv, out)
+        except FormatError as e:
+            if not self._inner:
+                e = type(e)(f"{e} (entry at byte {self.consumed + self._pos} of the input)")
+            self._error = e
+            pos = self._pos
+            if not out:
+                raise e from None
         del buf[:pos]
         self.consumed += pos
         return out
 
+    def _decode(self, mv: memoryview, out: list[Message]) -> int:
+        pos = self._pos = 0
+        n = len(mv)
+        while pos + LOG_OVERHEAD <= n:
+            offset, size = LOG_ENTRY.unpack_from(mv, pos)
+            if size < _MIN_SIZE[0]:
+                raise InvalidLayout(
+                    f"message size {size} at offset {offset} is below the minimum of {_MIN_SIZE[0]}"
+                )
+            if size > self.max_message_size:
+                raise TooLarge(
+                    f"message size {size} at offset {offset} exceeds the limit of "
+                    f"{self.max_message_size} bytes"
+                )
+            end = pos + LOG_OVERHEAD + size
+            if end > n:
+                break
+            msg = decode_message(mv[pos + LOG_OVERHEAD : end], offset=offset)
+            if msg.attributes & _CODEC_MASK:
+                if self._inner:
+                    raise InvalidLayout(
+                        f"a compressed wrapper holds the compressed message at offset {offset}"
+                    )
+                out.extend(self._unwrap(msg))
+            else:
+                out.append(msg)
+            pos = self._pos = end
+        return pos
+
     def finish(self) -> None:
+        if self._error is not None:
+            raise self._error
         if self._buf:
             raise TruncatedInput(
                 f"the message set ends inside an entry ({len(self._buf)} bytes left over "
