@@ -11,7 +11,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Generator
-from typing import Any, Final, overload
+from typing import TYPE_CHECKING, Any, Final, overload
 
 from .admin import AdminClient
 from .connection import ConnectionOptions, Endpoint
@@ -22,6 +22,9 @@ from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
 from .table import Table
 from .writer import EventWriter
+
+if TYPE_CHECKING:
+    from .eventbus import EventBus
 
 log = logging.getLogger("segmentstore_client")
 
@@ -228,6 +231,19 @@ class Client(AdminClient):
         if len(data) > length:  # the server rounds tiny reads up to a record header
             return ReadChunk(offset, data[:length], False, False)
         return ReadChunk(offset, data, reply.at_tail, reply.end_of_segment)
+
+    def events(self, scope: str, *, partitions: int = 1) -> EventBus:
+        """Request/reply with namespaced events over the segments of ``scope``: an
+        emitter and a handler registry (see :mod:`segmentstore_client.eventbus`).
+
+        Example::
+
+            async with client.events("shop") as bus:
+                reply = await bus.emit("price", b"sku-1", namespace="catalog")
+        """
+        from .eventbus import EventBus
+
+        return EventBus(self, scope, partitions=partitions)
 
     def table(self, name: str) -> Table:
         """A handle on the table ``name`` (no request is sent until it is used).
