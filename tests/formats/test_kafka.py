@@ -284,7 +284,7 @@ def test_wrapper_rules_are_enforced() -> None:
     with pytest.raises(InvalidLayout, match="does not decompress"):
         kafka.decode_message_set(wrapper(b"not gzip at all"))
     magic0 = kafka.encode_message_set([Message(b"x")], magic=0)
-    with pytest.raises(InvalidLayout, match="another magic"):
+    with pytest.raises(InvalidLayout, match="wrapper holds the magic 0 message"):
         kafka.decode_message_set(wrapper(gz(1, magic0, 1)))
     bomb = gz(1, kafka.encode_message_set([Message(bytes(4 << 20))]), 1)
     with pytest.raises(InvalidLayout, match="expands beyond"):

@@ -111,7 +111,7 @@ def new_event_id() -> int:
     return _id_prefix | (next(_ids) & 0xFFFFFFFF)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
     """One namespaced event. ``ref_id`` names the event this one replies to.
 

@@ -139,7 +139,7 @@ def _codec(codec: str | int) -> int:
     return int(codec)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
     """One Kafka message: what :func:`decode_message_set` yields and what
     :func:`encode_message_set` takes.
@@ -280,49 +280,58 @@ def decode_message(data: bytes | memoryview, *, offset: int = 0) -> Message:
         m = kafka.decode_message(data)
     """
     mv = memoryview(data)
-    n = len(mv)
+    return _decode_one(mv, 0, len(mv), offset)
+
+
+def _decode_one(mv: memoryview, start: int, end: int, offset: int) -> Message:
+    """The message in ``mv[start:end]`` (the one hot path of every decoder here)."""
+    n = end - start
     if n < _MIN_SIZE[0]:
         raise TruncatedInput(f"a Kafka message needs at least {_MIN_SIZE[0]} bytes, got {n}")
-    magic = mv[4]
+    magic = mv[start + 4]
     if magic == 1:
         if n < _MIN_SIZE[1]:
             raise TruncatedInput(f"a magic 1 message needs at least {_MIN_SIZE[1]} bytes")
-        _, attrs, timestamp, key_size = _HEAD1.unpack_from(mv, 4)
-        pos = 4 + _HEAD1.size
+        _, attrs, timestamp, key_size = _HEAD1.unpack_from(mv, start + 4)
+        pos = start + 4 + _HEAD1.size
     elif magic == 0:
-        _, attrs, key_size = _HEAD0.unpack_from(mv, 4)
+        _, attrs, key_size = _HEAD0.unpack_from(mv, start + 4)
         timestamp = NO_TIMESTAMP
-        pos = 4 + _HEAD0.size
+        pos = start + 4 + _HEAD0.size
     else:
         raise InvalidLayout(f"unknown Kafka message magic {magic} at offset {offset}")
     if attrs & _CODEC_MASK > 3:
         raise InvalidLayout(
             f"unknown codec {attrs & _CODEC_MASK} in the message at offset {offset}"
         )
-    key_end = _end(mv, pos, key_size, "key", offset)
-    if key_end + 4 > n:
-        raise TruncatedInput(f"Kafka message at offset {offset} ends before its value size")
+    key_end = pos + key_size if key_size >= 0 else _null(key_size, pos, "key", offset)
+    if key_end + 4 > end:
+        raise TruncatedInput(f"Kafka message at offset {offset} ends inside its key or value size")
     (value_size,) = _I32.unpack_from(mv, key_end)
-    end = _end(mv, key_end + 4, value_size, "value", offset)
-    if end != n:
-        raise InvalidLayout(f"{n - end} stray bytes after the Kafka message at offset {offset}")
-    (crc,) = _CRC.unpack_from(mv, 0)
-    if zlib.crc32(mv[4:]) != crc:
+    vstart = key_end + 4
+    vend = vstart + value_size if value_size >= 0 else _null(value_size, vstart, "value", offset)
+    if vend != end:
+        if vend > end:
+            raise TruncatedInput(f"the value of the message at offset {offset} is cut short")
+        raise InvalidLayout(f"{end - vend} stray bytes after the Kafka message at offset {offset}")
+    (crc,) = _CRC.unpack_from(mv, start)
+    if zlib.crc32(mv[start + 4 : end]) != crc:
         raise CrcMismatch(f"Kafka message CRC mismatch at offset {offset}")
-    key = None if key_size < 0 else mv[pos:key_end].tobytes()
-    value = None if value_size < 0 else mv[key_end + 4 : end].tobytes()
-    return Message(value, key, timestamp, attrs & 0xFF, magic, offset, crc)
+    return Message(
+        None if value_size < 0 else mv[vstart:vend].tobytes(),
+        None if key_size < 0 else mv[pos:key_end].tobytes(),
+        timestamp,
+        attrs & 0xFF,
+        magic,
+        offset,
+        crc,
+    )
 
 
-def _end(mv: memoryview, pos: int, size: int, what: str, offset: int) -> int:
+def _null(size: int, pos: int, what: str, offset: int) -> int:
     if size == -1:
         return pos
-    if size < 0:
-        raise InvalidLayout(f"negative {what} size {size} in the message at offset {offset}")
-    end = pos + size
-    if end > len(mv):
-        raise TruncatedInput(f"the {what} of the message at offset {offset} is cut short")
-    return end
+    raise InvalidLayout(f"negative {what} size {size} in the message at offset {offset}")
 
 
 # -- message sets ------------------------------------------------------------------------
@@ -442,10 +451,11 @@ class MessageSetDecoder:
     """
 
     def __init__(
-        self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, _inner: bool = False
+        self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, _inner: int | None = None
     ) -> None:
         self.max_message_size = max_message_size
-        self._inner = _inner
+        self._inner = _inner is not None
+        self._magic = _inner
         self._error: FormatError | None = None
         self._pos = 0
         self._buf = bytearray()
@@ -459,11 +469,13 @@ class MessageSetDecoder:
         if self._error is not None:
             raise self._error
         buf = self._buf
-        buf += data
+        whole = not buf  # decode straight from ``data``; keep only a partial tail
+        if not whole:
+            buf += data
         out: list[Message] = []
         pos = 0
         try:
-            with memoryview(buf) as mv:
+            with memoryview(data if whole else buf) as mv:
                 pos = self._decode(mv, out)
         except FormatError as e:
             if not self._inner:
@@ -472,36 +484,47 @@ class MessageSetDecoder:
             pos = self._pos
             if not out:
                 raise e from None
-        del buf[:pos]
+        if whole:
+            buf += memoryview(data)[pos:]
+        else:
+            del buf[:pos]
         self.consumed += pos
         return out
 
     def _decode(self, mv: memoryview, out: list[Message]) -> int:
         pos = self._pos = 0
         n = len(mv)
+        limit = self.max_message_size
+        minimum = _MIN_SIZE[0]
+        magic = self._magic
+        unpack = LOG_ENTRY.unpack_from
+        append = out.append
         while pos + LOG_OVERHEAD <= n:
-            offset, size = LOG_ENTRY.unpack_from(mv, pos)
-            if size < _MIN_SIZE[0]:
+            offset, size = unpack(mv, pos)
+            if not minimum <= size <= limit:
+                if size > limit:
+                    raise TooLarge(
+                        f"message size {size} at offset {offset} exceeds the limit of {limit} bytes"
+                    )
                 raise InvalidLayout(
-                    f"message size {size} at offset {offset} is below the minimum of {_MIN_SIZE[0]}"
-                )
-            if size > self.max_message_size:
-                raise TooLarge(
-                    f"message size {size} at offset {offset} exceeds the limit of "
-                    f"{self.max_message_size} bytes"
+                    f"message size {size} at offset {offset} is below the minimum of {minimum}"
                 )
             end = pos + LOG_OVERHEAD + size
             if end > n:
                 break
-            msg = decode_message(mv[pos + LOG_OVERHEAD : end], offset=offset)
+            msg = _decode_one(mv, pos + LOG_OVERHEAD, end, offset)
             if msg.attributes & _CODEC_MASK:
-                if self._inner:
+                if magic is not None:
                     raise InvalidLayout(
                         f"a compressed wrapper holds the compressed message at offset {offset}"
                     )
                 out.extend(self._unwrap(msg))
+            elif magic is not None and msg.magic != magic:
+                raise InvalidLayout(
+                    f"a magic {magic} wrapper holds the magic {msg.magic} message at offset {offset}"
+                )
             else:
-                out.append(msg)
+                append(msg)
             pos = self._pos = end
         return pos
 
@@ -518,7 +541,7 @@ class MessageSetDecoder:
         if w.value is None:
             raise InvalidLayout(f"compressed wrapper at offset {w.offset} has a null value")
         raw = _compression.decompress(w.codec, w.value, w.magic, self.max_message_size)
-        inner = MessageSetDecoder(max_message_size=self.max_message_size, _inner=True)
+        inner = MessageSetDecoder(max_message_size=self.max_message_size, _inner=w.magic)
         msgs = inner.feed(raw) if raw else []
         try:
             inner.finish()
@@ -526,18 +549,16 @@ class MessageSetDecoder:
             raise InvalidLayout(f"wrapper at offset {w.offset}: inner set {e}") from None
         if not msgs:
             raise InvalidLayout(f"wrapper at offset {w.offset} holds no messages")
-        if any(m.magic != w.magic for m in msgs):
-            raise InvalidLayout(f"wrapper at offset {w.offset} holds messages of another magic")
         if w.magic == 0:
             return msgs
         shift = w.offset - msgs[-1].offset
         log_append = w.attributes & _TS_TYPE_BIT
-        out = []
-        for m in msgs:
+        for m in msgs:  # fresh objects of our own: adjusted in place
+            m.offset += shift
             if log_append:
-                m = m.replace(timestamp=w.timestamp, attributes=m.attributes | _TS_TYPE_BIT)
-            out.append(m.replace(offset=m.offset + shift))
-        return out
+                m.timestamp = w.timestamp
+                m.attributes |= _TS_TYPE_BIT
+        return msgs
 
 
 def iter_messages(
