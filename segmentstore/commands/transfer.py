@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace, body: Callable[[sc.Client], Any]) -> int:
             endpoint,
             connect_timeout=args.timeout,
             request_timeout=args.timeout,
-            reconnect_timeout=max(args.timeout, 10.0),
+            reconnect_timeout=args.timeout,
         )
         async with client:
             await body(client)

@@ -21,10 +21,12 @@ legacy = pytest.importorskip("kafka.record.legacy_records")
 memory_records = pytest.importorskip("kafka.record.memory_records")
 
 
-def cli(server: ServerProcess | None, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    server: ServerProcess | None, *args: str, timeout: str = "5"
+) -> subprocess.CompletedProcess[str]:
     endpoint = server.endpoint if server else "tcp://127.0.0.1:1"
     return subprocess.run(
-        [sys.executable, "-m", "segmentstore", *args, "--endpoint", endpoint, "--timeout", "5"],
+        [sys.executable, "-m", "segmentstore", *args, "--endpoint", endpoint, "--timeout", timeout],
         capture_output=True,
         text=True,
         timeout=120,
@@ -155,7 +157,7 @@ async def test_errors_are_one_line_with_distinct_codes(
     module_server: ServerProcess, kafka_log: Path
 ) -> None:
     cases = [
-        (cli(None, "import", "kafka-log", str(kafka_log), "--segment", "a/b"), 3),
+        (cli(None, "import", "kafka-log", str(kafka_log), "--segment", "a/b", timeout="1"), 3),
         (cli(module_server, "import", "kafka-log", "/no/such.log", "--segment", "a/b"), 14),
         (cli(module_server, "import", "kafka-log", str(kafka_log), "--segment", ""), 2),
         (cli(module_server, "export", "formats/none/0", "--format", "kafka", "-o", "/dev/null"), 4),
