@@ -36,9 +36,18 @@ import importlib
 import json
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["RecordFormat", "get", "names", "register"]
+__all__ = ["Columns", "RecordFormat", "get", "names", "register"]
+
+
+class Columns(NamedTuple):
+    """A record as key, value, timestamp (ms since the epoch, or None) and headers."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    headers: dict[str, bytes]
 
 
 class RecordFormat:
@@ -74,6 +83,20 @@ class RecordFormat:
     def to_dict(self, record: Any) -> dict[str, Any]:
         d: dict[str, Any] = record.to_dict()
         return d
+
+    def columns(self, record: Any) -> Columns:
+        """The record as the four columns every format maps to (Spark's
+        ``recordFormat``): key, value, timestamp in ms (None if it has none), headers.
+        This default reads attributes of those names; formats override it."""
+        ts = getattr(record, "timestamp", None)
+        headers = getattr(record, "headers", None) or {}
+        return Columns(getattr(record, "key", None), getattr(record, "value", None), ts, headers)
+
+    def encode_columns(self, columns: Columns) -> bytes:
+        """One record from the four columns (the inverse of :meth:`columns`)."""
+        return self.encode(
+            columns.value, columns.key, timestamp=columns.timestamp, headers=columns.headers
+        )
 
     def to_json(self, record: Any, **dumps_kwargs: Any) -> str:
         """The JSON rendering of one record."""

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from .. import records
-from . import RecordFormat, events, kafka
+from . import Columns, RecordFormat, events, kafka
 
 
 class KafkaFormat(RecordFormat):
@@ -40,6 +40,16 @@ class KafkaFormat(RecordFormat):
     def decode(self, payload: bytes) -> kafka.Message:
         return kafka.decode_message(payload)
 
+    def columns(self, record: kafka.Message) -> Columns:
+        ts = None if record.timestamp == kafka.NO_TIMESTAMP else record.timestamp
+        return Columns(record.key, record.value, ts, {})
+
+    def encode_columns(self, columns: Columns) -> bytes:
+        if columns.headers:
+            raise ValueError("Kafka 0.10 messages have no headers")
+        ts = kafka.NO_TIMESTAMP if columns.timestamp is None else columns.timestamp
+        return kafka.encode_message(columns.value, columns.key, timestamp=ts)
+
 
 class EventsFormat(RecordFormat):
     """One namespaced event per event: ``write(data, name=..., namespace=None,
@@ -60,6 +70,28 @@ class EventsFormat(RecordFormat):
     def decode(self, payload: bytes) -> events.Event:
         return events.decode_event(payload)
 
+    def columns(self, record: events.Event) -> Columns:
+        """Payload as value; name, namespace, id and ref_id as UTF-8 headers."""
+        headers = {"name": record.name.encode(), "id": str(record.id).encode()}
+        if record.namespace is not None:
+            headers["namespace"] = record.namespace.encode()
+        if record.ref_id is not None:
+            headers["ref_id"] = str(record.ref_id).encode()
+        return Columns(None, record.data, None, headers)
+
+    def encode_columns(self, columns: Columns) -> bytes:
+        h = columns.headers
+        if "name" not in h:
+            raise ValueError("a namespaced event needs a 'name' header")
+        ns, ref, ev_id = h.get("namespace"), h.get("ref_id"), h.get("id")
+        return events.encode_event(
+            h["name"].decode(),
+            columns.value or b"",
+            id=events.new_event_id() if ev_id is None else int(ev_id),
+            ref_id=None if ref is None else int(ref),
+            namespace=None if ns is None else ns.decode(),
+        )
+
 
 class RecordsFormat(RecordFormat):
     """This SDK's record envelope (:mod:`segmentstore_client.records`)."""
@@ -71,6 +103,16 @@ class RecordsFormat(RecordFormat):
 
     def decode(self, payload: bytes) -> records.Record:
         return records.decode(payload)
+
+    def columns(self, record: records.Record) -> Columns:
+        ts = None if record.timestamp_ns is None else record.timestamp_ns // 1_000_000
+        return Columns(record.key, record.value, ts, dict(record.headers))
+
+    def encode_columns(self, columns: Columns) -> bytes:
+        ts = None if columns.timestamp is None else columns.timestamp * 1_000_000
+        return records.encode(
+            columns.value or b"", columns.key, headers=columns.headers, timestamp_ns=ts
+        )
 
 
 class DatabusFormat(RecordFormat):
