@@ -173,3 +173,28 @@ async def test_errors_are_one_line_with_distinct_codes(
             await w.write(b"not a kafka message")
     r = cli(module_server, "export", segment, "--format", "kafka", "-o", "/dev/null")
     assert r.returncode == 12 and "is not a kafka record" in r.stderr
+
+
+async def test_export_json_of_events_and_databus(module_server: ServerProcess) -> None:
+    from segmentstore_client.formats import events
+
+    segment = seg()
+    async with sc.connect(module_server.endpoint) as c:
+        await c.create_segment(segment)
+        async with c.writer(segment, format="events") as w:
+            await w.write(b"payload", name="ping", namespace="health", id=9)
+    r = cli(module_server, "export", segment, "--format", "events-json", "-q")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line) for line in r.stdout.splitlines()] == [
+        events.Event("ping", b"payload", 9, None, "health").to_dict()
+    ]
+    empty = seg()
+    async with sc.connect(module_server.endpoint) as c:
+        await c.create_segment(empty)
+    r = cli(module_server, "export", empty, "--format", "databus-json", "-q")
+    try:
+        import segmentstore_client.formats.databus  # noqa: F401
+    except ImportError:
+        assert r.returncode == 1 and "the databus format is not available" in r.stderr
+    else:
+        assert r.returncode == 0 and r.stdout == ""
