@@ -26,6 +26,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.health",
     "segmentstore.commands.bench",
     "segmentstore.commands.completion",
+    "segmentstore.commands.transfer",
 )
 
 

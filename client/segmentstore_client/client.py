@@ -11,15 +11,20 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Generator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, overload
 
 from .admin import AdminClient
 from .connection import ConnectionOptions, Endpoint
 from .errors import ClientClosed
+from .formats import RecordFormat
+from .formats._sdk import FormattedReader, FormattedWriter
 from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
 from .table import Table
 from .writer import EventWriter
+
+if TYPE_CHECKING:
+    from .eventbus import EventBus
 
 log = logging.getLogger("segmentstore_client")
 
@@ -84,6 +89,30 @@ class Client(AdminClient):
                 log.warning("closing %r failed: %s", w, r)
         await self._pool.close()
 
+    @overload
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = ...,
+        *,
+        first_event_number: int | None = ...,
+        block_size: int = ...,
+        linger: float = ...,
+        max_buffered_bytes: int = ...,
+        format: None = ...,
+    ) -> EventWriter: ...
+    @overload
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = ...,
+        *,
+        first_event_number: int | None = ...,
+        block_size: int = ...,
+        linger: float = ...,
+        max_buffered_bytes: int = ...,
+        format: str | RecordFormat,
+    ) -> FormattedWriter: ...
     def writer(
         self,
         segment: str,
@@ -93,7 +122,8 @@ class Client(AdminClient):
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
-    ) -> EventWriter:
+        format: str | RecordFormat | None = None,
+    ) -> EventWriter | FormattedWriter:
         """An :class:`EventWriter` for ``segment`` (it connects on first use).
 
         ``writer_id`` (UUID or any string) identifies the writer across reconnects and
@@ -107,6 +137,11 @@ class Client(AdminClient):
 
             async with client.writer("orders/0", writer_id="loader-1") as w:
                 await w.write_many(payloads)
+
+        ``format`` ("kafka", "events", "records", "databus" or a
+        :class:`~segmentstore_client.formats.RecordFormat`) returns a
+        :class:`~segmentstore_client.formats._sdk.FormattedWriter` writing one record
+        per event: ``await w.write(b"v", key=b"k")``.
         """
         if self._closed:
             raise ClientClosed("the client is closed")
@@ -120,11 +155,31 @@ class Client(AdminClient):
             max_buffered_bytes=max_buffered_bytes,
         )
         self._writers.add(w)
-        return w
+        return w if format is None else FormattedWriter(w, format)
 
     def _forget_writer(self, writer: EventWriter) -> None:
         self._writers.discard(writer)
 
+    @overload
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = ...,
+        *,
+        follow: bool = ...,
+        read_size: int = ...,
+        format: None = ...,
+    ) -> EventReader: ...
+    @overload
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = ...,
+        *,
+        follow: bool = ...,
+        read_size: int = ...,
+        format: str | RecordFormat,
+    ) -> FormattedReader: ...
     def reader(
         self,
         segment: str,
@@ -132,7 +187,8 @@ class Client(AdminClient):
         *,
         follow: bool = False,
         read_size: int = 1024 * 1024,
-    ) -> EventReader:
+        format: str | RecordFormat | None = None,
+    ) -> EventReader | FormattedReader:
         """An :class:`EventReader` over ``segment`` from ``offset`` (an event boundary or
         a saved :class:`Position`).
 
@@ -141,8 +197,11 @@ class Client(AdminClient):
 
             async for event in client.reader("orders/0", follow=True):
                 print(event.data)
+
+        ``format`` yields decoded records instead of events (see :meth:`writer`).
         """
-        return EventReader(self, segment, offset, follow=follow, read_size=read_size)
+        r = EventReader(self, segment, offset, follow=follow, read_size=read_size)
+        return r if format is None else FormattedReader(r, format)
 
     async def read_bytes(self, segment: str, offset: int, length: int) -> ReadChunk:
         """Up to ``length`` raw bytes of ``segment`` from ``offset`` (any offset, not only
@@ -172,6 +231,19 @@ class Client(AdminClient):
         if len(data) > length:  # the server rounds tiny reads up to a record header
             return ReadChunk(offset, data[:length], False, False)
         return ReadChunk(offset, data, reply.at_tail, reply.end_of_segment)
+
+    def events(self, scope: str, *, partitions: int = 1) -> EventBus:
+        """Request/reply with namespaced events over the segments of ``scope``: an
+        emitter and a handler registry (see :mod:`segmentstore_client.eventbus`).
+
+        Example::
+
+            async with client.events("shop") as bus:
+                reply = await bus.emit("price", b"sku-1", namespace="catalog")
+        """
+        from .eventbus import EventBus
+
+        return EventBus(self, scope, partitions=partitions)
 
     def table(self, name: str) -> Table:
         """A handle on the table ``name`` (no request is sent until it is used).
