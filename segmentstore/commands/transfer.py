@@ -88,8 +88,9 @@ def add_parser(subparsers: Any) -> None:
         help="a Kafka 0.10 log segment file (.log)",
         description="Read a Kafka 0.10 log segment file (message sets, compressed wrappers "
         "included) and write one event per message (an exact Kafka message).",
-        epilog="example:\n  segmentstore import kafka-log 00000000000000000000.log "
-        "--segment orders/0",
+        epilog="examples:\n  segmentstore import kafka-log 00000000000000000000.log "
+        "--segment orders/0\n  segmentstore import kafka-log orders.log --segment orders/0 "
+        "--endpoint tcp://127.0.0.1:12345",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     k.add_argument("file", help="the .log file")
