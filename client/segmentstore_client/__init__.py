@@ -14,6 +14,8 @@ Async first::
 and blocking, for scripts, notebooks and Spark executors: ``segmentstore_client.sync``.
 """
 
+import logging
+
 from . import errors, records
 from .admin import EVENT_COUNT_ATTRIBUTE, SegmentInfo, TableInfo
 from .client import Client, connect
@@ -31,6 +33,7 @@ from .errors import (
     EventTooLarge,
     IncompatibleServer,
     InvalidArgument,
+    InvalidSegmentName,
     NoSuchSegment,
     OperationUnsupported,
     SegmentAlreadyExists,
@@ -55,6 +58,10 @@ from .writer import Ack, EventWriter, writer_uuid
 
 __version__ = "0.1.0"
 
+# The library logs to "segmentstore_client"; an application that configured no logging
+# sees nothing on stderr (Python's last-resort handler would print WARNINGs otherwise).
+logging.getLogger("segmentstore_client").addHandler(logging.NullHandler())
+
 __all__ = [
     "EVENT_COUNT_ATTRIBUTE",
     "MUST_NOT_EXIST",
@@ -77,6 +84,7 @@ __all__ = [
     "EventWriter",
     "IncompatibleServer",
     "InvalidArgument",
+    "InvalidSegmentName",
     "NoSuchSegment",
     "OperationUnsupported",
     "Position",

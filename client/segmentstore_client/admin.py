@@ -17,6 +17,7 @@ from typing import Final
 from .connection import Backoff, ConnectionOptions, ConnectionPool, Endpoint, next_request_id
 from .errors import (
     AttributeConflict,
+    ClientClosed,
     ConnectFailed,
     ConnectionLost,
     NoSuchSegment,
@@ -26,6 +27,7 @@ from .errors import (
     Timeout,
     error_from_reply,
 )
+from .naming import checked_name
 from .protocol import (
     NULL_ATTRIBUTE_VALUE,
     Command,
@@ -111,11 +113,14 @@ class AdminClient:
         while True:
             rid = next_request_id()
             try:
-                conn = await self._pool.acquire()
+                # One reconnect budget for the whole call, counted from the first failure.
+                conn = await self._pool.acquire(None if backoff is None else backoff.remaining())
                 return await conn.call(make(rid), rid, timeout)
             except ConnectFailed:
-                raise  # the pool already retried for the whole reconnect timeout
+                raise  # the pool already retried for what was left of the budget
             except (ConnectionLost, Timeout) as e:
+                if self._pool.closed:
+                    raise ClientClosed("the client is closed") from e
                 if not retry:
                     raise
                 backoff = backoff or Backoff(self.options)
@@ -155,6 +160,7 @@ class AdminClient:
 
             await client.create_segment("orders/0", exist_ok=True)
         """
+        checked_name(segment)
         token = self.options.delegation_token
         return await self._idempotent(
             lambda rid: CreateSegment(rid, segment, target_rate, scale_type, token, rollover_size),
@@ -171,6 +177,7 @@ class AdminClient:
             info = await client.segment_info("orders/0")
             print(info.length, info.sealed)
         """
+        checked_name(segment)
         token = self.options.delegation_token
         reply = await self._call(lambda rid: GetStreamSegmentInfo(rid, segment, token), retry=True)
         if isinstance(reply, StreamSegmentInfo):
@@ -193,6 +200,7 @@ class AdminClient:
 
             await client.seal("orders/0")
         """
+        checked_name(segment)
         token = self.options.delegation_token
         reply = await self._call(lambda rid: SealSegment(rid, segment, token), retry=True)
         if isinstance(reply, SegmentSealedReply):
@@ -211,6 +219,7 @@ class AdminClient:
 
             await client.truncate("orders/0", reader.position.offset)
         """
+        checked_name(segment)
         token = self.options.delegation_token
         reply = await self._call(
             lambda rid: TruncateSegment(rid, segment, offset, token), retry=True
@@ -226,6 +235,7 @@ class AdminClient:
 
             await client.delete("scratch/0", missing_ok=True)
         """
+        checked_name(segment)
         token = self.options.delegation_token
         return await self._idempotent(
             lambda rid: DeleteSegment(rid, segment, token),
@@ -243,6 +253,8 @@ class AdminClient:
 
             length = await client.merge("orders/0", "orders/0#txn.1")
         """
+        checked_name(target)
+        checked_name(source)
         token = self.options.delegation_token
         reply = await self._call(lambda rid: MergeSegments(rid, target, source, token), retry=True)
         if isinstance(reply, SegmentsMerged):
@@ -258,6 +270,7 @@ class AdminClient:
 
             count = await client.get_attribute("orders/0", EVENT_COUNT_ATTRIBUTE)
         """
+        checked_name(segment)
         token = self.options.delegation_token
         aid = attribute_uuid(attribute_id)
         reply = await self._call(
@@ -282,6 +295,7 @@ class AdminClient:
 
             ok = await client.compare_and_set_attribute("s", "owner", 2, expected=1)
         """
+        checked_name(segment)
         token = self.options.delegation_token
         aid = attribute_uuid(attribute_id)
         new = NULL_ATTRIBUTE_VALUE if new_value is None else new_value
@@ -327,6 +341,8 @@ class AdminClient:
 
             await client.merge_with_attribute("out/0", "out/0#txn.7", "commit", 7, 6)
         """
+        checked_name(target)
+        checked_name(source)
         token = self.options.delegation_token
         update = ConditionalAttributeUpdate(
             attribute_uuid(attribute_id),
@@ -357,6 +373,7 @@ class AdminClient:
 
             await client.create_table("app/_tables/settings", exist_ok=True)
         """
+        checked_name(name, "table")
         token = self.options.delegation_token
         return await self._idempotent(
             lambda rid: CreateTableSegment(rid, name, token, False, key_length),
@@ -375,6 +392,7 @@ class AdminClient:
 
             await client.delete_table("app/_tables/settings", missing_ok=True)
         """
+        checked_name(name, "table")
         token = self.options.delegation_token
         return await self._idempotent(
             lambda rid: DeleteTableSegment(rid, name, must_be_empty, token),
@@ -390,6 +408,7 @@ class AdminClient:
 
             print((await client.table_info("app/_tables/settings")).entry_count)
         """
+        checked_name(name, "table")
         token = self.options.delegation_token
         reply = await self._call(lambda rid: GetTableSegmentInfo(rid, name, token), retry=True)
         if isinstance(reply, TableSegmentInfo):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import weakref
 from collections.abc import Generator
 from typing import Any, Final
 
@@ -42,6 +43,7 @@ class Client(AdminClient):
     def __init__(self, endpoint: str | Endpoint, options: ConnectionOptions) -> None:
         super().__init__(endpoint, options)
         self._writers: set[EventWriter] = set()
+        self._readers: weakref.WeakSet[EventReader] = weakref.WeakSet()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -68,7 +70,9 @@ class Client(AdminClient):
         await self.close()
 
     async def close(self) -> None:
-        """Flush and close every writer made by this client, then close the connections.
+        """Close every reader made by this client (their loops end), flush and close every
+        writer it made, then close the connections; calls still waiting raise
+        :class:`ClientClosed`.
 
         Example::
 
@@ -77,6 +81,8 @@ class Client(AdminClient):
         if self._closed:
             return
         self._closed = True
+        for reader in list(self._readers):
+            await reader.close()  # wakes a reader parked at the tail: its loop ends
         writers = list(self._writers)
         results = await asyncio.gather(*(w.close() for w in writers), return_exceptions=True)
         for w, r in zip(writers, results, strict=True):
@@ -125,6 +131,9 @@ class Client(AdminClient):
     def _forget_writer(self, writer: EventWriter) -> None:
         self._writers.discard(writer)
 
+    def _forget_reader(self, reader: EventReader) -> None:
+        self._readers.discard(reader)
+
     def reader(
         self,
         segment: str,
@@ -142,7 +151,11 @@ class Client(AdminClient):
             async for event in client.reader("orders/0", follow=True):
                 print(event.data)
         """
-        return EventReader(self, segment, offset, follow=follow, read_size=read_size)
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        reader = EventReader(self, segment, offset, follow=follow, read_size=read_size)
+        self._readers.add(reader)
+        return reader
 
     async def read_bytes(self, segment: str, offset: int, length: int) -> ReadChunk:
         """Up to ``length`` raw bytes of ``segment`` from ``offset`` (any offset, not only
@@ -181,6 +194,8 @@ class Client(AdminClient):
             table = client.table("app/_tables/settings")
             await table.put("k", "v")
         """
+        if self._closed:
+            raise ClientClosed("the client is closed")
         return Table(self, name)
 
 

@@ -18,10 +18,11 @@ import contextlib
 import itertools
 import logging
 import random
+import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 from .errors import (
@@ -46,6 +47,8 @@ from .protocol import (
 )
 
 log = logging.getLogger("segmentstore_client")
+
+T = TypeVar("T")
 
 DEFAULT_PORT: Final = 12345
 _KEEPALIVE_FRAME: Final = encode(KeepAlive())
@@ -279,7 +282,7 @@ class Connection(asyncio.Protocol):
         if timeout is None:
             timeout = self.options.request_timeout
         handle = (
-            self.loop.call_later(timeout, self._expire, request_id, fut, command)
+            self.loop.call_later(timeout, self._expire, request_id, fut, command, timeout)
             if timeout > 0
             else None
         )
@@ -292,12 +295,14 @@ class Connection(asyncio.Protocol):
             if self._waiters.get(request_id) is fut:
                 del self._waiters[request_id]
 
-    def _expire(self, request_id: int, fut: asyncio.Future[Command], command: Command) -> None:
+    def _expire(
+        self, request_id: int, fut: asyncio.Future[Command], command: Command, timeout: float
+    ) -> None:
         if not fut.done():
             fut.set_exception(
                 Timeout(
                     f"no reply to {type(command).__name__} (request {request_id}) from "
-                    f"{self.endpoint} within {self.options.request_timeout:g}s"
+                    f"{self.endpoint} within {timeout:g}s"
                 )
             )
 
@@ -447,8 +452,15 @@ async def open_connection(
             f"could not connect to {endpoint} within {options.connect_timeout:g}s"
         ) from None
     except OSError as e:
-        raise ConnectFailed(f"could not connect to {endpoint}: {e}") from e
-    await conn.handshake(options.connect_timeout)
+        error = ConnectFailed(f"could not connect to {endpoint}: {e}")
+        # Nothing listens there, or the name does not resolve: not a passing blip.
+        error.refused = isinstance(e, ConnectionRefusedError | socket.gaierror)
+        raise error from e
+    try:
+        await conn.handshake(options.connect_timeout)
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -471,6 +483,10 @@ class Backoff:
         self.deadline = self._loop.time() + limit
         self.attempts = 0
 
+    def remaining(self) -> float:
+        """Seconds left before the deadline (0 once past). Example: ``backoff.remaining()``"""
+        return max(0.0, self.deadline - self._loop.time())
+
     def expired(self) -> bool:
         """True once the deadline has passed. Example: ``if backoff.expired(): raise err``"""
         return self._loop.time() >= self.deadline
@@ -491,6 +507,11 @@ class Backoff:
 class ConnectionPool:
     """A few connections to one endpoint, handed out round-robin, reopened on demand.
 
+    Until a first connection has been made, a refused connect fails at once and the
+    budget is the connect timeout (a server that is not there is not a blip); after that,
+    reconnects retry with backoff for the reconnect timeout. Closing the pool wakes every
+    caller still connecting with :class:`ClientClosed`.
+
     Example::
 
         pool = ConnectionPool(Endpoint.parse("tcp://127.0.0.1:12345"), ConnectionOptions())
@@ -506,7 +527,19 @@ class ConnectionPool:
         self._locks = [asyncio.Lock() for _ in range(options.pool_size)]
         self._next = 0
         self._closed = False
+        self._closing = asyncio.Event()
+        self._established = False
         self._refills: set[asyncio.Task[None]] = set()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called. Example: ``if pool.closed: ...``"""
+        return self._closed
+
+    @property
+    def connected(self) -> bool:
+        """True while at least one pooled connection is open. Example: ``pool.connected``"""
+        return any(c is not None and c.is_open for c in self._slots)
 
     async def acquire(self, timeout: float | None = None) -> Connection:
         """An open connection, reconnecting with backoff until ``timeout`` (default: the
@@ -556,20 +589,50 @@ class ConnectionPool:
                 self._refills.discard(task)
 
     async def _connect(self, timeout: float | None) -> Connection:
+        if not self._established:
+            first = self.options.connect_timeout
+            timeout = first if timeout is None else min(timeout, first)
         backoff = Backoff(self.options, timeout)
         while True:
             try:
-                return await open_connection(self.endpoint, self.options)
+                conn = await self._unless_closed(open_connection(self.endpoint, self.options))
             except ConnectFailed as e:
+                if e.refused and not self._established:
+                    raise
                 log.info("connect to %s failed (%s); retrying", self.endpoint, e)
-                await backoff.wait(e)
+                await self._unless_closed(backoff.wait(e))
+                continue
+            self._established = True
+            return conn
+
+    async def _unless_closed(self, aw: Awaitable[T]) -> T:
+        """Await ``aw``, or cancel it and raise :class:`ClientClosed` when the pool closes."""
+        if self._closed:
+            if asyncio.iscoroutine(aw):
+                aw.close()
+            raise ClientClosed("the client is closed")
+        task = asyncio.ensure_future(aw)
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait((task, closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):  # its outcome no longer matters
+                    await task
+        if task.cancelled() or (self._closed and task.exception() is not None):
+            raise ClientClosed("the client is closed")
+        return task.result()
 
     async def close(self) -> None:
-        """Close every connection; later acquires raise :class:`ClientClosed`.
+        """Close every connection; later acquires raise :class:`ClientClosed`, and callers
+        still connecting are woken with it.
 
         Example: ``await pool.close()``
         """
         self._closed = True
+        self._closing.set()
         for task in list(self._refills):
             task.cancel()
         conns = [c for c in self._slots if c is not None]

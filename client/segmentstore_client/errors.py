@@ -64,8 +64,12 @@ class ConnectionLost(ClientError):
 class ConnectFailed(ConnectionLost):
     """No connection could be opened to the server within the connect timeout.
 
-    Retrying helps once the server is reachable again.
+    Retrying helps once the server is reachable again. ``refused`` says the last attempt
+    was refused outright (nothing listens at the address, or its name does not resolve):
+    a client that never reached the server raises that at once instead of retrying.
     """
+
+    refused: bool = False
 
 
 class Timeout(ClientError, TimeoutError):
@@ -87,6 +91,12 @@ class ClientClosed(ClientError):
 
 class WriterClosed(ClientClosed):
     """The event writer was closed, or failed earlier; create a new writer."""
+
+
+class InvalidSegmentName(ClientError, ValueError):
+    """A segment or table name the store refuses (empty, too long for the wire, control
+    characters), caught before anything is sent; the message says which name and why.
+    Retrying won't help."""
 
 
 class EventTooLarge(ClientError, ValueError):

@@ -23,14 +23,18 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .connection import Backoff, next_request_id
 from .errors import (
+    ClientClosed,
+    ConnectFailed,
     ConnectionLost,
     CorruptData,
     SegmentSealed,
+    SegmentTruncated,
     Timeout,
     UnexpectedReply,
     WrongHost,
     error_from_reply,
 )
+from .naming import checked_name
 from .position import Position
 from .protocol import ReadSegment, SegmentRead
 
@@ -42,6 +46,11 @@ log = logging.getLogger("segmentstore_client")
 
 _HEADER: Final = struct.Struct(">ii")
 _unpack_header = _HEADER.unpack_from
+
+
+def _retrieve(task: asyncio.Task[SegmentRead | None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class Event:
@@ -128,14 +137,21 @@ async def read_segment(
 
         reply = await read_segment(client, "orders/0", 0, 1 << 20)
     """
+    checked_name(segment)
     backoff: Backoff | None = None
+    pool = client._pool
     while True:
         try:
-            conn = await client._pool.acquire()
+            # One reconnect budget for the whole read, counted from the first failure.
+            conn = await pool.acquire(None if backoff is None else backoff.remaining())
             rid = next_request_id()
             request = ReadSegment(segment, offset, length, client.options.delegation_token, rid)
             reply = await conn.call(request, rid, timeout)
+        except ConnectFailed:
+            raise  # the pool already retried for what was left of the budget
         except (ConnectionLost, Timeout) as e:
+            if pool.closed:
+                raise ClientClosed("the client is closed") from e
             backoff = backoff or Backoff(client.options)
             log.info("read of %r at %d failed (%s); retrying", segment, offset, e)
             await backoff.wait(e)
@@ -187,7 +203,7 @@ class EventReader:
         if not 8 <= read_size <= 16 * 1024 * 1024:
             raise ValueError("read_size must be within 8 bytes .. 16 MiB")
         self._client = client
-        self.segment = segment
+        self.segment = checked_name(segment)
         self.follow = follow
         self._read_size = read_size
         self._max_event_size = max_event_size
@@ -295,10 +311,11 @@ class EventReader:
         self._closed = True
         self._done = True
         self._events.clear()
+        self._client._forget_reader(self)
         task = self._cancel_task()
-        if task is not None:
-            with contextlib.suppress(BaseException):  # the read's outcome no longer matters
-                await task
+        if task is not None and task is not asyncio.current_task():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait((task,))  # its outcome no longer matters
 
     async def __aenter__(self) -> EventReader:
         return self
@@ -324,7 +341,11 @@ class EventReader:
         return task
 
     def _spawn(self, offset: int) -> asyncio.Task[SegmentRead | None]:
-        return asyncio.get_running_loop().create_task(self._fetch(offset))
+        task = asyncio.get_running_loop().create_task(self._fetch(offset))
+        # A prefetch nobody awaits any more (the caller left the loop) must not print
+        # "Task exception was never retrieved"; whoever awaits it still gets the error.
+        task.add_done_callback(_retrieve)
+        return task
 
     async def _fill(self) -> None:
         """Wait for the next reply and parse it, until there are events or the end."""
@@ -332,14 +353,25 @@ class EventReader:
         while not events and not self._done:
             if self._closed:
                 return
-            task = self._task or self._spawn(self._read_offset)
-            self._task = None
+            task = self._task
+            if task is None:
+                # Kept in _task while awaited, so that close() can cancel it.
+                task = self._task = self._spawn(self._read_offset)
             try:
                 reply = await task
-            except BaseException:
-                if not task.done():
-                    task.cancel()
+            except asyncio.CancelledError:
+                if self._task is task:
+                    self._task = None
+                current = asyncio.current_task()
+                if self._closed and (current is None or not current.cancelling()):
+                    return  # close() cancelled the read: a clean end
+                task.cancel()
                 raise
+            except BaseException:
+                if self._task is task:
+                    self._task = None
+                raise
+            self._task = None
             if reply is None:
                 self._finish()
                 return
@@ -365,13 +397,23 @@ class EventReader:
     async def _fetch(self, offset: int) -> SegmentRead | None:
         """One read at ``offset`` (None: nothing more for a reader that does not follow)."""
         client = self._client
-        if not self.follow and offset >= self._end:
+        if (not self.follow and offset >= self._end) or (self._end < 0 and offset > 0):
             info = await client.segment_info(self.segment)
             self._end = info.length
-            if offset >= self._end:
+            if offset > info.length and offset == self._offset:
+                raise SegmentTruncated(
+                    f"segment {self.segment!r}: offset {offset} is past its end "
+                    f"({info.length}); start from an offset within "
+                    f"{info.start_offset}..{info.length}",
+                    self.segment,
+                    None,
+                    info.start_offset,
+                    offset,
+                )
+            if not self.follow and offset >= self._end:
                 return None
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._closed:
             started = loop.time()
             reply = await read_segment(
                 client, self.segment, offset, self._read_size, 0 if self.follow else None
@@ -389,6 +431,7 @@ class EventReader:
             if loop.time() - started < 0.05:
                 self._empty_streak += 1
                 await asyncio.sleep(min(1.0, 0.01 * 2 ** min(self._empty_streak, 7)))
+        return None
 
     def _parse(self, data: bytes) -> None:
         """Turn contiguous segment bytes into events, keeping an incomplete record."""

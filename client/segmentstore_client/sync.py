@@ -23,22 +23,29 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Coroutine, Iterable, Iterator
+from concurrent.futures import CancelledError
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, Final, TypeVar
 
 from .admin import AttributeId, SegmentInfo, TableInfo
 from .client import Client
 from .client import connect as async_connect
-from .errors import Timeout, WriterClosed
+from .errors import ClientClosed, SegmentStoreError, Timeout, WriterClosed
 from .position import Position
+from .protocol.events import MAX_EVENT_SIZE
 from .reader import Event, EventReader, ReadChunk
 from .table import Key, Table, TableChanges, TableEntry, TableKeyVersion, Value
-from .writer import Ack, EventWriter
+from .writer import Ack, EventWriter, event_too_large
 
 T = TypeVar("T")
+
+log = logging.getLogger("segmentstore_client")
 
 __all__ = [
     "SyncAck",
@@ -60,11 +67,18 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 class _LoopThread:
-    """An event loop running forever in a daemon thread."""
+    """An event loop running forever in a daemon thread.
+
+    ``stop`` ends it for good: pending tasks are cancelled (their callers get
+    :class:`ClientClosed`), the loop stops and closes, and every later ``run`` raises
+    :class:`ClientClosed` at once instead of handing a coroutine to a dead loop.
+    """
 
     def __init__(self) -> None:
         self.loop = _new_loop()
         self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._stopped = False
         self.thread = threading.Thread(
             target=self._main, name="segmentstore-client-loop", daemon=True
         )
@@ -79,23 +93,53 @@ class _LoopThread:
         finally:
             self.loop.close()
 
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` was called."""
+        return self._stopped
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result."""
+        """Run ``coro`` on the loop and wait for its result (at most ``timeout`` seconds,
+        then cancel it and raise :class:`Timeout`)."""
         if threading.get_ident() == self.thread.ident:
             coro.close()
             raise RuntimeError("blocking client methods cannot be called from its own loop")
-        fut: ConcurrentFuture[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._lock:  # stop() cannot slip in between the check and the hand-over
+            if self._stopped:
+                coro.close()
+                raise ClientClosed("the client is closed")
+            fut: ConcurrentFuture[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return fut.result(timeout)
         except TimeoutError:
-            fut.cancel()
-            raise Timeout(f"no result within {timeout:g}s") from None
+            if not fut.done():
+                fut.cancel()
+                raise Timeout(f"no result within {timeout:g}s") from None
+            raise
+        except CancelledError:
+            raise ClientClosed("the client is closed") from None
 
     def stop(self) -> None:
+        """Cancel what still runs on the loop, stop it and wait for its thread."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
         if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop)
         if threading.get_ident() != self.thread.ident:
             self.thread.join(10)
+
+    async def _shutdown(self) -> None:
+        me = asyncio.current_task()
+        for _ in range(10):  # a cancelled task may start another; bounded
+            tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+            if not tasks:
+                break
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=1.0)
+        self.loop.stop()
 
 
 _ONLY_BYTES: Final = frozenset({bytes})
@@ -243,6 +287,8 @@ class SyncEventWriter:
         """
         if type(data) is not bytes:
             data = _copy(data)
+        if len(data) > MAX_EVENT_SIZE:
+            raise event_too_large(len(data))  # at the call: nothing queued, nothing else lost
         size = len(data) + 8
         with self._lock:
             run = self._run_for(event_number, expected_offset)
@@ -262,7 +308,10 @@ class SyncEventWriter:
         payloads = list(events)
         if set(map(type, payloads)) - _ONLY_BYTES:
             payloads = [_copy(e) for e in payloads]  # copy mutable buffers
-        size = sum(map(len, payloads)) + 8 * len(payloads)
+        sizes = list(map(len, payloads))
+        if sizes and max(sizes) > MAX_EVENT_SIZE:
+            raise event_too_large(max(sizes))  # none of them queued
+        size = sum(sizes) + 8 * len(payloads)
         with self._lock:
             run = self._run_for(first_event_number, None)
             run.payloads.extend(payloads)
@@ -279,6 +328,8 @@ class SyncEventWriter:
             raise self._error
         if self._closed:
             raise WriterClosed(f"writer for {self.segment!r} is closed")
+        if self._lt.stopped:
+            raise ClientClosed("the client is closed")
         while self._bytes >= self._max and self._runs:
             self._space.wait(1.0)
             if self._error is not None:
@@ -308,7 +359,11 @@ class SyncEventWriter:
         self._bytes += size
         if not self._kicked:
             self._kicked = True
-            self._lt.loop.call_soon_threadsafe(self._kick)
+            try:
+                self._lt.loop.call_soon_threadsafe(self._kick)
+            except RuntimeError:  # the loop closed under us: the client was closed
+                self._client_closed_locked()
+                raise ClientClosed("the client is closed") from None
         return run.ack
 
     def flush(self) -> None:
@@ -331,6 +386,10 @@ class SyncEventWriter:
             if self._closed:
                 return
             self._closed = True
+            if self._lt.stopped:  # the client's close flushed and closed it already
+                if self._error is not None:
+                    raise self._error
+                return
         try:
             self._lt.run(self._close())
         finally:
@@ -356,6 +415,20 @@ class SyncEventWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _client_closed(self) -> None:
+        """The client closed: fail what never reached the loop, wake blocked writers."""
+        with self._lock:
+            self._client_closed_locked()
+
+    def _client_closed_locked(self) -> None:
+        error = ClientClosed("the client is closed")
+        runs, self._runs = self._runs, []
+        if runs and self._error is None:
+            self._error = error
+        self._space.notify_all()
+        for run in runs:
+            run.ack._settle(error)
 
     # -- loop side -------------------------------------------------------------------
 
@@ -507,7 +580,9 @@ class SyncEventReader:
 
             reader.close()
         """
-        self._lt.run(self._reader.close())
+        if not self._lt.stopped:  # a closed client closed its readers already
+            with contextlib.suppress(ClientClosed):
+                self._lt.run(self._reader.close())
 
     def __enter__(self) -> SyncEventReader:
         return self
@@ -606,6 +681,7 @@ class SyncClient:
         self._lt = lt
         self._client = client
         self._closed = False
+        self._writers: weakref.WeakSet[SyncEventWriter] = weakref.WeakSet()
 
     @property
     def endpoint(self) -> str:
@@ -632,9 +708,16 @@ class SyncClient:
             return
         self._closed = True
         try:
+            for w in list(self._writers):  # hand their queued events over, then flush
+                try:
+                    w.close()
+                except SegmentStoreError as e:
+                    log.warning("closing %r failed: %s", w, e)
             self._lt.run(self._client.close())
         finally:
             self._lt.stop()
+            for w in list(self._writers):
+                w._client_closed()
 
     def writer(
         self,
@@ -664,7 +747,9 @@ class SyncClient:
                 max_buffered_bytes=max_buffered_bytes,
             )
 
-        return SyncEventWriter(self._lt, self._lt.run(make()))
+        w = SyncEventWriter(self._lt, self._lt.run(make()))
+        self._writers.add(w)
+        return w
 
     def reader(
         self,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from .errors import UnexpectedReply, error_from_reply
+from .naming import checked_name
 from .protocol import (
     NO_VERSION,
     NOT_EXISTS,
@@ -109,7 +110,7 @@ class Table:
 
     def __init__(self, client: Client, name: str) -> None:
         self._client = client
-        self.name = name
+        self.name = checked_name(name, "table")
 
     def __repr__(self) -> str:
         return f"<Table {self.name!r}>"

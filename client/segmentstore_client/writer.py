@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .connection import Backoff, Connection, next_request_id
 from .errors import (
+    ClientClosed,
+    ConnectFailed,
     ConnectionLost,
     EventTooLarge,
     SegmentSealed,
@@ -54,6 +56,7 @@ from .errors import (
     WrongHost,
     error_from_reply,
 )
+from .naming import checked_name
 from .protocol import (
     NULL_ATTRIBUTE_VALUE,
     AppendSetup,
@@ -98,6 +101,14 @@ _ONLY_BYTES: Final = {bytes}
 
 WRITER_NAMESPACE: Final = uuid.UUID("6f1d1a52-2c57-4b8e-9a53-5e9a0d3c1f00")
 """Namespace for turning a non-UUID string ``writer_id`` into a UUID (uuid5)."""
+
+
+def event_too_large(size: int) -> EventTooLarge:
+    """The error for an event of ``size`` bytes, over the wire's maximum.
+
+    Example: ``raise event_too_large(len(data))``
+    """
+    return EventTooLarge(f"event of {size} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum")
 
 
 def writer_uuid(writer_id: str | uuid.UUID | None) -> uuid.UUID:
@@ -240,7 +251,7 @@ class EventWriter:
         if first_event_number is not None and first_event_number < 0:
             raise ValueError("first_event_number must not be negative")
         self._client = client
-        self.segment = segment
+        self.segment = checked_name(segment)
         self.writer_id = writer_uuid(writer_id)
         self._wid = self.writer_id.bytes
         self._first_event_number = first_event_number
@@ -451,7 +462,7 @@ class EventWriter:
             data = _as_bytes(data)
         n = len(data)
         if n > MAX_EVENT_SIZE:
-            raise EventTooLarge(f"event of {n} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum")
+            raise event_too_large(n)
         payloads = self._payloads
         if not payloads:
             self._begin_batch()
@@ -665,9 +676,7 @@ class EventWriter:
         n = len(chunk)
         rest = sum(sizes)  # no event can be larger than all of them together
         if rest > MAX_EVENT_SIZE and max(sizes) > MAX_EVENT_SIZE:
-            raise EventTooLarge(
-                f"event of {max(sizes)} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum"
-            )
+            raise event_too_large(max(sizes))
         rest += 8 * n  # record bytes (header + payload) of events i..n-1
         i = 0
         ack: Ack | None = None
@@ -735,9 +744,7 @@ class EventWriter:
         self._check()
         data = _as_bytes(data)
         if len(data) > MAX_EVENT_SIZE:
-            raise EventTooLarge(
-                f"event of {len(data)} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum"
-            )
+            raise event_too_large(len(data))
         last = self._base + len(self._payloads)
         number = last + 1 if event_number is None else event_number
         if number <= self._acked:
@@ -789,7 +796,11 @@ class EventWriter:
                     ),
                     self._rid,
                 )
+            except ConnectFailed:
+                raise  # the pool already retried for what was left of the budget
             except (ConnectionLost, Timeout) as e:
+                if pool.closed:
+                    raise ClientClosed("the client is closed") from e
                 await backoff.wait(e)
                 continue
             if isinstance(reply, AppendSetup):
