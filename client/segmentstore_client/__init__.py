@@ -51,10 +51,11 @@ from .errors import (
     WriterFenced,
     WrongHost,
 )
+from .naming import writer_uuid
 from .position import Position
 from .reader import Event, EventReader, ReadChunk
 from .table import MUST_NOT_EXIST, Table, TableChanges, TableEntry, TableKeyVersion
-from .writer import Ack, EventWriter, writer_uuid
+from .writer import Ack, EventWriter
 
 __version__ = "0.1.0"
 

@@ -9,12 +9,20 @@ because the request may have been applied before the connection broke.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from .connection import Backoff, ConnectionOptions, ConnectionPool, Endpoint, next_request_id
+from .connection import (
+    Backoff,
+    ConnectionOptions,
+    ConnectionPool,
+    Endpoint,
+    next_request_id,
+    within,
+)
 from .errors import (
     AttributeConflict,
     ClientClosed,
@@ -24,10 +32,11 @@ from .errors import (
     SegmentAlreadyExists,
     SegmentSealed,
     SegmentStoreError,
+    ServerError,
     Timeout,
     error_from_reply,
 )
-from .naming import checked_name
+from .naming import checked_name, writer_uuid
 from .protocol import (
     NULL_ATTRIBUTE_VALUE,
     Command,
@@ -55,7 +64,6 @@ from .protocol import (
 from .protocol import (
     SegmentSealed as SegmentSealedReply,
 )
-from .writer import writer_uuid
 
 EVENT_COUNT_ATTRIBUTE: Final = uuid.UUID("80000000-0000-0000-0000-000000000001")
 """Core attribute: number of events appended to a segment (merges included)."""
@@ -105,10 +113,30 @@ class AdminClient:
         self.options = options
         self._pool = ConnectionPool(self.endpoint, options)
 
+    def _forget_writer(self, writer: object) -> None:
+        """A writer made by this client closed (the client stops tracking it)."""
+
+    def _forget_reader(self, reader: object) -> None:
+        """A reader made by this client closed (the client stops tracking it)."""
+
     async def _call(
-        self, make: Callable[[int], Command], *, retry: bool, timeout: float | None = None
+        self,
+        make: Callable[[int], Command],
+        *,
+        retry: bool,
+        timeout: float | None = None,
+        limit: float | None = None,
     ) -> Command:
-        """One request/reply exchange; ``retry`` repeats it across reconnects."""
+        """One request/reply exchange; ``retry`` repeats it across reconnects.
+
+        ``timeout`` bounds each attempt's wait for its reply (as :meth:`Connection.call`);
+        ``limit`` bounds the whole call, reconnects included (the caller's ``timeout=``).
+        """
+        return await within(limit, self._exchange(make, retry, timeout))
+
+    async def _exchange(
+        self, make: Callable[[int], Command], retry: bool, timeout: float | None
+    ) -> Command:
         backoff: Backoff | None = None
         while True:
             rid = next_request_id()
@@ -132,10 +160,11 @@ class AdminClient:
         done: type[Command],
         tolerated: type[SegmentStoreError],
         tolerate: bool,
+        limit: float | None = None,
     ) -> bool:
         """Create/delete: True if done now, False if ``tolerate`` and it already was
         (``tolerated`` names that outcome); only then is the request safe to retry."""
-        reply = await self._call(make, retry=tolerate)
+        reply = await self._call(make, retry=tolerate, limit=limit)
         if isinstance(reply, done):
             return True
         error = error_from_reply(reply)
@@ -153,6 +182,7 @@ class AdminClient:
         scale_type: int = 0,
         target_rate: int = 0,
         rollover_size: int = 0,
+        timeout: float | None = None,
     ) -> bool:
         """Create an empty segment; returns False if it existed and ``exist_ok``.
 
@@ -167,9 +197,10 @@ class AdminClient:
             SegmentCreated,
             SegmentAlreadyExists,
             exist_ok,
+            limit=timeout,
         )
 
-    async def segment_info(self, segment: str) -> SegmentInfo:
+    async def segment_info(self, segment: str, *, timeout: float | None = None) -> SegmentInfo:
         """Length, start offset, sealed flag and modification time of a segment.
 
         Raises :class:`NoSuchSegment`. Example::
@@ -179,7 +210,9 @@ class AdminClient:
         """
         checked_name(segment)
         token = self.options.delegation_token
-        reply = await self._call(lambda rid: GetStreamSegmentInfo(rid, segment, token), retry=True)
+        reply = await self._call(
+            lambda rid: GetStreamSegmentInfo(rid, segment, token), retry=True, limit=timeout
+        )
         if isinstance(reply, StreamSegmentInfo):
             if not reply.exists or reply.is_deleted:
                 raise NoSuchSegment(f"segment {segment!r} does not exist", segment, reply)
@@ -192,7 +225,7 @@ class AdminClient:
             )
         raise error_from_reply(reply)
 
-    async def seal(self, segment: str) -> None:
+    async def seal(self, segment: str, *, timeout: float | None = None) -> None:
         """Seal a segment: no more appends; readers stop at its end. Sealing a sealed
         segment is not an error.
 
@@ -202,7 +235,9 @@ class AdminClient:
         """
         checked_name(segment)
         token = self.options.delegation_token
-        reply = await self._call(lambda rid: SealSegment(rid, segment, token), retry=True)
+        reply = await self._call(
+            lambda rid: SealSegment(rid, segment, token), retry=True, limit=timeout
+        )
         if isinstance(reply, SegmentSealedReply):
             return
         error = error_from_reply(reply)
@@ -210,7 +245,7 @@ class AdminClient:
             return
         raise error
 
-    async def truncate(self, segment: str, offset: int) -> None:
+    async def truncate(self, segment: str, offset: int, *, timeout: float | None = None) -> None:
         """Drop the data before ``offset`` (an event boundary); readers starting earlier
         get :class:`SegmentTruncated`. Raises SegmentTruncated if ``offset`` lies outside
         start offset .. length.
@@ -222,13 +257,15 @@ class AdminClient:
         checked_name(segment)
         token = self.options.delegation_token
         reply = await self._call(
-            lambda rid: TruncateSegment(rid, segment, offset, token), retry=True
+            lambda rid: TruncateSegment(rid, segment, offset, token), retry=True, limit=timeout
         )
         if isinstance(reply, SegmentTruncated):
             return
         raise error_from_reply(reply)
 
-    async def delete(self, segment: str, *, missing_ok: bool = False) -> bool:
+    async def delete(
+        self, segment: str, *, missing_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """Delete a segment; returns False if it was missing and ``missing_ok``.
 
         Example::
@@ -242,12 +279,14 @@ class AdminClient:
             SegmentDeleted,
             NoSuchSegment,
             missing_ok,
+            limit=timeout,
         )
 
-    async def merge(self, target: str, source: str) -> int:
+    async def merge(self, target: str, source: str, *, timeout: float | None = None) -> int:
         """Append all of ``source`` to ``target`` atomically and delete ``source``
         (how transactions commit). Returns the target's new length (-1 if the server
-        did not say). Errors name the source segment.
+        did not say). Errors name the segment they are about (a sealed target, a
+        missing source).
 
         Example::
 
@@ -256,14 +295,35 @@ class AdminClient:
         checked_name(target)
         checked_name(source)
         token = self.options.delegation_token
-        reply = await self._call(lambda rid: MergeSegments(rid, target, source, token), retry=True)
+        reply = await self._call(
+            lambda rid: MergeSegments(rid, target, source, token), retry=True, limit=timeout
+        )
         if isinstance(reply, SegmentsMerged):
             return reply.new_target_write_offset
-        raise error_from_reply(reply)
+        raise await self._merge_error(reply, target, source)
+
+    async def _merge_error(self, reply: Command, target: str, source: str) -> SegmentStoreError:
+        """A merge's error reply as an exception that names the segment it is about: a
+        sealed-segment reply names the request's source, but a sealed target is the
+        usual cause (the merge seals the source itself), so ask which one it is."""
+        error = error_from_reply(reply)
+        if isinstance(error, SegmentSealed):
+            with contextlib.suppress(SegmentStoreError):
+                if (await self.segment_info(target)).sealed:
+                    return SegmentSealed(
+                        f"cannot merge {source!r} into {target!r}: the target {target!r} is sealed",
+                        target,
+                        reply,
+                    )
+        if isinstance(error, ServerError) and error.segment:
+            error.args = (f"merge of {source!r} into {target!r}: {error.args[0]}",)
+        return error
 
     # -- attributes ------------------------------------------------------------------
 
-    async def get_attribute(self, segment: str, attribute_id: AttributeId) -> int | None:
+    async def get_attribute(
+        self, segment: str, attribute_id: AttributeId, *, timeout: float | None = None
+    ) -> int | None:
         """The value of a segment attribute, or None if it is not set.
 
         Example::
@@ -274,7 +334,7 @@ class AdminClient:
         token = self.options.delegation_token
         aid = attribute_uuid(attribute_id)
         reply = await self._call(
-            lambda rid: GetSegmentAttribute(rid, segment, aid, token), retry=True
+            lambda rid: GetSegmentAttribute(rid, segment, aid, token), retry=True, limit=timeout
         )
         if isinstance(reply, SegmentAttribute):
             return None if reply.value == NULL_ATTRIBUTE_VALUE else reply.value
@@ -286,6 +346,8 @@ class AdminClient:
         attribute_id: AttributeId,
         new_value: int | None,
         expected: int | None,
+        *,
+        timeout: float | None = None,
     ) -> bool:
         """Set an attribute to ``new_value`` (None removes it) if it currently equals
         ``expected`` (None: it must be unset). Returns False when the comparison failed.
@@ -301,29 +363,33 @@ class AdminClient:
         new = NULL_ATTRIBUTE_VALUE if new_value is None else new_value
         old = NULL_ATTRIBUTE_VALUE if expected is None else expected
         reply = await self._call(
-            lambda rid: UpdateSegmentAttribute(rid, segment, aid, new, old, token), retry=False
+            lambda rid: UpdateSegmentAttribute(rid, segment, aid, new, old, token),
+            retry=False,
+            limit=timeout,
         )
         if isinstance(reply, SegmentAttributeUpdated):
             return reply.success
         raise error_from_reply(reply)
 
-    async def last_event_number(self, segment: str, writer_id: str | uuid.UUID) -> int | None:
+    async def last_event_number(
+        self, segment: str, writer_id: str | uuid.UUID, *, timeout: float | None = None
+    ) -> int | None:
         """The last event number the segment durably holds from a writer (None: none).
 
         Example::
 
             done = await client.last_event_number("orders/0", "spark-task-3")
         """
-        return await self.get_attribute(segment, writer_uuid(writer_id))
+        return await self.get_attribute(segment, writer_uuid(writer_id), timeout=timeout)
 
-    async def event_count(self, segment: str) -> int:
+    async def event_count(self, segment: str, *, timeout: float | None = None) -> int:
         """How many events were appended to a segment (merged ones included).
 
         Example::
 
             n = await client.event_count("orders/0")
         """
-        return await self.get_attribute(segment, EVENT_COUNT_ATTRIBUTE) or 0
+        return await self.get_attribute(segment, EVENT_COUNT_ATTRIBUTE, timeout=timeout) or 0
 
     async def merge_with_attribute(
         self,
@@ -332,6 +398,8 @@ class AdminClient:
         attribute_id: AttributeId,
         new_value: int,
         expected: int | None,
+        *,
+        timeout: float | None = None,
     ) -> int:
         """Merge ``source`` into ``target`` and, atomically with it, compare-and-set an
         attribute of the target; raises :class:`AttributeConflict` if the comparison
@@ -351,7 +419,9 @@ class AdminClient:
             NULL_ATTRIBUTE_VALUE if expected is None else expected,
         )
         reply = await self._call(
-            lambda rid: MergeSegments(rid, target, source, token, (update,)), retry=False
+            lambda rid: MergeSegments(rid, target, source, token, (update,)),
+            retry=False,
+            limit=timeout,
         )
         if isinstance(reply, SegmentsMerged):
             return reply.new_target_write_offset
@@ -361,11 +431,18 @@ class AdminClient:
                 target,
                 reply,
             )
-        raise error_from_reply(reply)
+        raise await self._merge_error(reply, target, source)
 
     # -- tables ----------------------------------------------------------------------
 
-    async def create_table(self, name: str, *, key_length: int = 0, exist_ok: bool = False) -> bool:
+    async def create_table(
+        self,
+        name: str,
+        *,
+        key_length: int = 0,
+        exist_ok: bool = False,
+        timeout: float | None = None,
+    ) -> bool:
         """Create a table (a key-value table segment); ``key_length`` > 0 fixes the key
         size and allows key-range iteration. Returns False if it existed and ``exist_ok``.
 
@@ -380,10 +457,16 @@ class AdminClient:
             SegmentCreated,
             SegmentAlreadyExists,
             exist_ok,
+            limit=timeout,
         )
 
     async def delete_table(
-        self, name: str, *, must_be_empty: bool = False, missing_ok: bool = False
+        self,
+        name: str,
+        *,
+        must_be_empty: bool = False,
+        missing_ok: bool = False,
+        timeout: float | None = None,
     ) -> bool:
         """Delete a table; returns False if it was missing and ``missing_ok``.
         ``must_be_empty`` raises :class:`TableNotEmpty` if keys remain.
@@ -399,9 +482,10 @@ class AdminClient:
             SegmentDeleted,
             NoSuchSegment,
             missing_ok,
+            limit=timeout,
         )
 
-    async def table_info(self, name: str) -> TableInfo:
+    async def table_info(self, name: str, *, timeout: float | None = None) -> TableInfo:
         """Size and entry count of a table.
 
         Example::
@@ -410,7 +494,9 @@ class AdminClient:
         """
         checked_name(name, "table")
         token = self.options.delegation_token
-        reply = await self._call(lambda rid: GetTableSegmentInfo(rid, name, token), retry=True)
+        reply = await self._call(
+            lambda rid: GetTableSegmentInfo(rid, name, token), retry=True, limit=timeout
+        )
         if isinstance(reply, TableSegmentInfo):
             return TableInfo(
                 reply.segment_name,

@@ -15,7 +15,7 @@ from collections.abc import Generator
 from typing import Any, Final
 
 from .admin import AdminClient
-from .connection import ConnectionOptions, Endpoint
+from .connection import ConnectionOptions, Endpoint, within
 from .errors import ClientClosed
 from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
@@ -47,7 +47,41 @@ class Client(AdminClient):
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<Client {self.endpoint}{' closed' if self._closed else ''}>"
+        return f"<Client {self.endpoint} {self.state}>"
+
+    @property
+    def state(self) -> str:
+        """``"connected"`` (a connection is open), ``"disconnected"`` (none is: not
+        opened yet, or reconnecting) or ``"closed"``.
+
+        Example::
+
+            if client.state != "connected":
+                await client.ping(timeout=2)
+        """
+        if self._closed:
+            return "closed"
+        return "connected" if self._pool.connected else "disconnected"
+
+    async def ping(self, *, timeout: float | None = None) -> float:
+        """Round trip to the server in seconds: a KeepAlive answered by a KeepAlive over a
+        pooled connection (connecting first if needed). Raises :class:`Timeout` after
+        ``timeout`` (default: the request timeout), :class:`ConnectFailed` if the server
+        cannot be reached, :class:`ClientClosed` after :meth:`close`.
+
+        Example::
+
+            print(f"{await client.ping(timeout=2) * 1000:.2f} ms")
+        """
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        limit = self.options.request_timeout if timeout is None else timeout
+
+        async def once() -> float:
+            conn = await self._pool.acquire()
+            return await conn.ping()
+
+        return await within(limit, once())
 
     async def open(self) -> Client:
         """Open the first connection now (``async with`` and ``await`` call this), so that
@@ -128,11 +162,13 @@ class Client(AdminClient):
         self._writers.add(w)
         return w
 
-    def _forget_writer(self, writer: EventWriter) -> None:
-        self._writers.discard(writer)
+    def _forget_writer(self, writer: object) -> None:
+        if isinstance(writer, EventWriter):
+            self._writers.discard(writer)
 
-    def _forget_reader(self, reader: EventReader) -> None:
-        self._readers.discard(reader)
+    def _forget_reader(self, reader: object) -> None:
+        if isinstance(reader, EventReader):
+            self._readers.discard(reader)
 
     def reader(
         self,
@@ -157,7 +193,9 @@ class Client(AdminClient):
         self._readers.add(reader)
         return reader
 
-    async def read_bytes(self, segment: str, offset: int, length: int) -> ReadChunk:
+    async def read_bytes(
+        self, segment: str, offset: int, length: int, *, timeout: float | None = None
+    ) -> ReadChunk:
         """Up to ``length`` raw bytes of ``segment`` from ``offset`` (any offset, not only
         event boundaries), without parsing events: one ``ReadSegment`` over the pooled
         connections.
@@ -180,7 +218,7 @@ class Client(AdminClient):
             raise ValueError("offset must not be negative")
         if not 1 <= length <= _MAX_READ_LENGTH:
             raise ValueError(f"length must be within 1..{_MAX_READ_LENGTH}")
-        reply = await read_segment(self, segment, offset, length)
+        reply = await within(timeout, read_segment(self, segment, offset, length))
         data = reply.data if type(reply.data) is bytes else bytes(reply.data)
         if len(data) > length:  # the server rounds tiny reads up to a record header
             return ReadChunk(offset, data[:length], False, False)

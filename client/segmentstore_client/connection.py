@@ -19,6 +19,7 @@ import itertools
 import logging
 import random
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -143,6 +144,9 @@ class Connection(asyncio.Protocol):
         self._rx_seen = 0
         self._ka_pending = False
         self._ka_handle: asyncio.TimerHandle | None = None
+        self._ka_sent = 0  # KeepAlives sent, and answered (the server echoes each one)
+        self._ka_echoed = 0
+        self._pings: list[tuple[int, asyncio.Future[None]]] = []
 
     # -- state -----------------------------------------------------------------------
 
@@ -208,7 +212,10 @@ class Connection(asyncio.Protocol):
         if rid is None:
             if t is Hello and not self._hello.done():
                 self._hello.set_result(cmd)  # type: ignore[arg-type]
-            # KeepAlive: the receive counter already noted the traffic.
+            elif t is KeepAlive:  # the receive counter already noted the traffic
+                self._ka_echoed += 1
+                if self._pings:
+                    self._answer_pings()
             return
         fut = self._waiters.pop(rid, None)
         if fut is not None:
@@ -366,6 +373,30 @@ class Connection(asyncio.Protocol):
             )
         self.negotiated_version = min(WIRE_VERSION, hello.high_version)
 
+    async def ping(self) -> float:
+        """Send a KeepAlive and wait for the server's; returns the round trip in seconds.
+
+        Example: ``rtt = await conn.ping()``
+        """
+        if self._error is not None:
+            raise self._error
+        fut: asyncio.Future[None] = self.loop.create_future()
+        started = time.perf_counter()  # uvloop's clock counts whole milliseconds
+        self.write(_KEEPALIVE_FRAME)
+        self._ka_sent += 1
+        self._pings.append((self._ka_sent, fut))
+        try:
+            await fut
+        finally:
+            self._pings = [p for p in self._pings if p[1] is not fut]
+        return time.perf_counter() - started
+
+    def _answer_pings(self) -> None:
+        echoed = self._ka_echoed
+        for sent, fut in self._pings:
+            if sent <= echoed and not fut.done():
+                fut.set_result(None)
+
     def _keepalive_tick(self) -> None:
         if self._error is not None:
             return
@@ -380,6 +411,7 @@ class Connection(asyncio.Protocol):
                 return
             self._ka_pending = True
             self.write(_KEEPALIVE_FRAME)
+            self._ka_sent += 1
         else:
             self._ka_pending = False
         self._rx_seen = self._rx_count
@@ -413,6 +445,9 @@ class Connection(asyncio.Protocol):
         for fut in waiters.values():
             if not fut.done():
                 fut.set_exception(error)
+        for _, ping in self._pings:
+            if not ping.done():
+                ping.set_exception(error)
         drains, self._drain_waiters = self._drain_waiters, []
         for d in drains:
             if not d.done():
@@ -462,6 +497,28 @@ async def open_connection(
         conn.close()
         raise
     return conn
+
+
+async def within(timeout: float | None, aw: Awaitable[T]) -> T:
+    """Await ``aw`` for at most ``timeout`` seconds (None: no bound of its own), then
+    cancel it and raise :class:`Timeout`: the per-call ``timeout=`` of the public API.
+
+    Example::
+
+        info = await within(2.0, client.segment_info("orders/0"))
+    """
+    if timeout is None:
+        return await aw
+    if timeout < 0:
+        raise ValueError("timeout must not be negative")
+    bound = asyncio.timeout(timeout)
+    try:
+        async with bound:
+            return await aw
+    except TimeoutError:
+        if bound.expired():
+            raise Timeout(f"no result within the call's timeout of {timeout:g}s") from None
+        raise
 
 
 class Backoff:

@@ -217,7 +217,12 @@ class AttributeConflict(ServerError):
 
 class TableConditionFailed(ServerError):
     """A conditional table update or removal failed: nothing in the batch was applied.
-    Retrying with the same versions won't help; read the key again."""
+    Retrying with the same versions won't help; read the key again.
+
+    ``keys`` holds the keys of the batch that carried a condition (the server does not
+    say which one failed; with one conditional key, that is the one)."""
+
+    keys: tuple[bytes, ...] = ()
 
 
 class TableKeyDoesNotExist(TableConditionFailed):

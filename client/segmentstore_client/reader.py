@@ -19,8 +19,9 @@ import struct
 from collections import deque
 from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from .admin import AdminClient
 from .connection import Backoff, next_request_id
 from .errors import (
     ClientClosed,
@@ -37,10 +38,6 @@ from .errors import (
 from .naming import checked_name
 from .position import Position
 from .protocol import ReadSegment, SegmentRead
-
-if TYPE_CHECKING:
-    from .admin import AdminClient
-    from .client import Client
 
 log = logging.getLogger("segmentstore_client")
 
@@ -186,7 +183,7 @@ class EventReader:
 
     def __init__(
         self,
-        client: Client,
+        client: AdminClient,
         segment: str,
         offset: int | Position = 0,
         *,
@@ -263,6 +260,58 @@ class EventReader:
         """
         if not self._events:
             await self._fill()
+        return self._take_batch()
+
+    async def poll(self, timeout: float) -> list[Event]:
+        """The events available within ``timeout`` seconds (at least one), or an empty
+        list if none arrived in time or the reader has ended (see :attr:`ended`). A read
+        still in flight when the time is up stays in flight for the next call.
+
+        Example::
+
+            while not reader.ended:
+                for event in await reader.poll(0.5):
+                    handle(event)
+                do_housekeeping()
+        """
+        if timeout < 0:
+            raise ValueError("timeout must not be negative")
+        if not self._events:
+            await self._fill(asyncio.get_running_loop().time() + timeout)
+        return self._take_batch()
+
+    async def next(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None once the reader has ended; raises :class:`Timeout`
+        if none arrives within ``timeout`` seconds (None: wait as long as it takes).
+
+        Example::
+
+            event = await reader.next(timeout=5)
+        """
+        events = self._events
+        if not events:
+            if timeout is None:
+                await self._fill()
+            else:
+                await self._fill(asyncio.get_running_loop().time() + timeout)
+            if not events:
+                if self._done:
+                    return None
+                raise Timeout(f"no event from {self.segment!r} within {timeout:g}s")
+        event = events.popleft()
+        self._offset = event.offset + 8 + len(event.data)
+        return event
+
+    @property
+    def ended(self) -> bool:
+        """True once every event was handed out and no more will come (the end of a
+        reader that does not follow, a sealed segment, or :meth:`close`).
+
+        Example: ``while not reader.ended: ...``
+        """
+        return self._done and not self._events
+
+    def _take_batch(self) -> list[Event]:
         batch = list(self._events)
         self._events.clear()
         if batch:
@@ -347,8 +396,9 @@ class EventReader:
         task.add_done_callback(_retrieve)
         return task
 
-    async def _fill(self) -> None:
-        """Wait for the next reply and parse it, until there are events or the end."""
+    async def _fill(self, deadline: float | None = None) -> None:
+        """Wait for the next reply and parse it, until there are events or the end (or
+        the loop time ``deadline`` passed: the read in flight then stays in flight)."""
         events = self._events
         while not events and not self._done:
             if self._closed:
@@ -357,6 +407,12 @@ class EventReader:
             if task is None:
                 # Kept in _task while awaited, so that close() can cancel it.
                 task = self._task = self._spawn(self._read_offset)
+            if deadline is not None and not task.done():
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining > 0:
+                    await asyncio.wait((task,), timeout=remaining)
+                if not task.done():
+                    return
             try:
                 reply = await task
             except asyncio.CancelledError:

@@ -36,6 +36,7 @@ from typing import Any, Final, TypeVar
 from .admin import AttributeId, SegmentInfo, TableInfo
 from .client import Client
 from .client import connect as async_connect
+from .connection import ConnectionOptions, within
 from .errors import ClientClosed, SegmentStoreError, Timeout, WriterClosed
 from .position import Position
 from .protocol.events import MAX_EVENT_SIZE
@@ -366,14 +367,15 @@ class SyncEventWriter:
                 raise ClientClosed("the client is closed") from None
         return run.ack
 
-    def flush(self) -> None:
-        """Block until every event written so far is durable.
+    def flush(self, *, timeout: float | None = None) -> None:
+        """Block until every event written so far is durable; :class:`Timeout` after
+        ``timeout`` seconds (the events stay queued).
 
         Example::
 
-            w.flush()
+            w.flush(timeout=10)
         """
-        self._lt.run(self._flush())
+        self._lt.run(self._flush(timeout))
 
     def close(self) -> None:
         """Flush and close the writer.
@@ -478,11 +480,14 @@ class SyncEventWriter:
         for r in rest:
             r.ack._settle(error)
 
-    async def _flush(self) -> None:
-        await self._drain()
-        if self._error is not None:
-            raise self._error
-        await self._writer.flush()
+    async def _flush(self, timeout: float | None) -> None:
+        async def flush() -> None:
+            await self._drain()
+            if self._error is not None:
+                raise self._error
+            await self._writer.flush()
+
+        await within(timeout, flush())
 
     async def _close(self) -> None:
         try:
@@ -556,11 +561,59 @@ class SyncEventReader:
                 batch = self._buffer[self._index :]
             else:
                 batch = self._lt.run(self._reader.read_batch())
-            self._buffer, self._index = [], 0
-            if batch:
-                last = batch[-1]
-                self._offset = last.offset + 8 + len(last.data)
-            return batch
+            return self._handed_out(batch)
+
+    def poll(self, timeout: float) -> list[Event]:
+        """The events available within ``timeout`` seconds, or an empty list if none
+        arrived in time or the reader has ended (see :meth:`EventReader.poll`).
+
+        Example::
+
+            while not reader.ended:
+                for event in reader.poll(0.5):
+                    handle(event)
+        """
+        with self._lock:
+            if self._index < len(self._buffer):
+                batch = self._buffer[self._index :]
+            else:
+                batch = self._lt.run(self._reader.poll(timeout))
+            return self._handed_out(batch)
+
+    def next(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None once the reader has ended; raises :class:`Timeout`
+        if none arrives within ``timeout`` seconds (see :meth:`EventReader.next`).
+
+        Example::
+
+            event = reader.next(timeout=5)
+        """
+        with self._lock:
+            if self._index >= len(self._buffer):
+                self._buffer, self._index = [], 0
+                event = self._lt.run(self._reader.next(timeout))
+                if event is not None:
+                    self._offset = event.next_offset
+                return event
+            event = self._buffer[self._index]
+            self._index += 1
+            self._offset = event.next_offset
+            return event
+
+    @property
+    def ended(self) -> bool:
+        """True once every event was handed out and no more will come.
+
+        Example: ``while not reader.ended: reader.poll(1)``
+        """
+        return self._index >= len(self._buffer) and self._reader.ended
+
+    def _handed_out(self, batch: list[Event]) -> list[Event]:
+        """Under the lock: ``batch`` goes to the caller; the position moves past it."""
+        self._buffer, self._index = [], 0
+        if batch:
+            self._offset = batch[-1].next_offset
+        return batch
 
     def seek(self, offset: int | Position) -> None:
         """Continue from ``offset`` (see :meth:`EventReader.seek`)."""
@@ -606,47 +659,70 @@ class SyncTable:
         self._table = table
         self.name = table.name
 
-    def create(self, *, key_length: int = 0, exist_ok: bool = False) -> bool:
+    def create(
+        self, *, key_length: int = 0, exist_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """See :meth:`Table.create`. Example: ``t.create(exist_ok=True)``."""
-        return self._lt.run(self._table.create(key_length=key_length, exist_ok=exist_ok))
+        return self._lt.run(
+            self._table.create(key_length=key_length, exist_ok=exist_ok, timeout=timeout)
+        )
 
-    def delete(self, *, must_be_empty: bool = False, missing_ok: bool = False) -> bool:
+    def delete(
+        self, *, must_be_empty: bool = False, missing_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """See :meth:`Table.delete`. Example: ``t.delete(missing_ok=True)``."""
-        return self._lt.run(self._table.delete(must_be_empty=must_be_empty, missing_ok=missing_ok))
+        return self._lt.run(
+            self._table.delete(must_be_empty=must_be_empty, missing_ok=missing_ok, timeout=timeout)
+        )
 
-    def info(self) -> TableInfo:
+    def info(self, *, timeout: float | None = None) -> TableInfo:
         """See :meth:`Table.info`. Example: ``t.info().entry_count``."""
-        return self._lt.run(self._table.info())
+        return self._lt.run(self._table.info(timeout=timeout))
 
-    def get(self, key: Key) -> TableEntry | None:
+    def get(self, key: Key, *, timeout: float | None = None) -> TableEntry | None:
         """See :meth:`Table.get`. Example: ``t.get("k")``."""
-        return self._lt.run(self._table.get(key))
+        return self._lt.run(self._table.get(key, timeout=timeout))
 
-    def get_many(self, keys: Iterable[Key]) -> list[TableEntry | None]:
+    def get_many(
+        self, keys: Iterable[Key], *, timeout: float | None = None
+    ) -> list[TableEntry | None]:
         """See :meth:`Table.get_many`. Example: ``a, b = t.get_many(["a", "b"])``."""
-        return self._lt.run(self._table.get_many(list(keys)))
+        return self._lt.run(self._table.get_many(list(keys), timeout=timeout))
 
     def put(
-        self, key: Key, value: Value, *, version: int | None = None, must_not_exist: bool = False
+        self,
+        key: Key,
+        value: Value,
+        *,
+        version: int | None = None,
+        must_not_exist: bool = False,
+        timeout: float | None = None,
     ) -> int:
         """See :meth:`Table.put`. Example: ``v = t.put("k", "v", must_not_exist=True)``."""
         return self._lt.run(
-            self._table.put(key, value, version=version, must_not_exist=must_not_exist)
+            self._table.put(
+                key, value, version=version, must_not_exist=must_not_exist, timeout=timeout
+            )
         )
 
     def put_many(
-        self, entries: Iterable[tuple[Key, Value] | tuple[Key, Value, int | None]]
+        self,
+        entries: Iterable[tuple[Key, Value] | tuple[Key, Value, int | None]],
+        *,
+        timeout: float | None = None,
     ) -> list[int]:
         """See :meth:`Table.put_many`. Example: ``t.put_many([("a", "1"), ("b", "2")])``."""
-        return self._lt.run(self._table.put_many(list(entries)))
+        return self._lt.run(self._table.put_many(list(entries), timeout=timeout))
 
-    def remove(self, key: Key, *, version: int | None = None) -> None:
+    def remove(self, key: Key, *, version: int | None = None, timeout: float | None = None) -> None:
         """See :meth:`Table.remove`. Example: ``t.remove("k")``."""
-        self._lt.run(self._table.remove(key, version=version))
+        self._lt.run(self._table.remove(key, version=version, timeout=timeout))
 
-    def remove_many(self, keys: Iterable[Key | tuple[Key, int | None]]) -> None:
+    def remove_many(
+        self, keys: Iterable[Key | tuple[Key, int | None]], *, timeout: float | None = None
+    ) -> None:
         """See :meth:`Table.remove_many`. Example: ``t.remove_many(["a", "b"])``."""
-        self._lt.run(self._table.remove_many(list(keys)))
+        self._lt.run(self._table.remove_many(list(keys), timeout=timeout))
 
     def keys(self, *, batch_size: int = 1000) -> Iterator[TableKeyVersion]:
         """See :meth:`Table.keys`. Example: ``[k.key for k in t.keys()]``."""
@@ -662,9 +738,11 @@ class SyncTable:
             page, cont = self._lt.run(self._table.items_page(cont, batch_size=batch_size))
             yield from page
 
-    def changes(self, since: int = 0, *, limit: int = 1000) -> TableChanges:
+    def changes(
+        self, since: int = 0, *, limit: int = 1000, timeout: float | None = None
+    ) -> TableChanges:
         """See :meth:`Table.changes`. Example: ``page = t.changes(saved)``."""
-        return self._lt.run(self._table.changes(since, limit=limit))
+        return self._lt.run(self._table.changes(since, limit=limit, timeout=timeout))
 
 
 class SyncClient:
@@ -688,8 +766,23 @@ class SyncClient:
         """The server's endpoint. Example: ``print(client.endpoint)``"""
         return str(self._client.endpoint)
 
+    @property
+    def state(self) -> str:
+        """``"connected"``, ``"disconnected"`` or ``"closed"`` (see :attr:`Client.state`).
+
+        Example: ``assert client.state == "connected"``
+        """
+        return "closed" if self._closed else self._client.state
+
+    def ping(self, *, timeout: float | None = None) -> float:
+        """Round trip to the server in seconds (see :meth:`Client.ping`).
+
+        Example: ``print(client.ping(timeout=2))``
+        """
+        return self._lt.run(self._client.ping(timeout=timeout))
+
     def __repr__(self) -> str:
-        return f"<SyncClient {self._client.endpoint}>"
+        return f"<SyncClient {self._client.endpoint} {self.state}>"
 
     def __enter__(self) -> SyncClient:
         return self
@@ -769,7 +862,9 @@ class SyncClient:
         r = self._client.reader(segment, offset, follow=follow, read_size=read_size)
         return SyncEventReader(self._lt, r)
 
-    def read_bytes(self, segment: str, offset: int, length: int) -> ReadChunk:
+    def read_bytes(
+        self, segment: str, offset: int, length: int, *, timeout: float | None = None
+    ) -> ReadChunk:
         """Up to ``length`` raw bytes of ``segment`` from ``offset``, no event parsing
         (see :meth:`Client.read_bytes`).
 
@@ -778,7 +873,7 @@ class SyncClient:
             chunk = client.read_bytes("orders/0", 0, 8)
             kind, length = struct.unpack(">ii", chunk.data)
         """
-        return self._lt.run(self._client.read_bytes(segment, offset, length))
+        return self._lt.run(self._client.read_bytes(segment, offset, length, timeout=timeout))
 
     def table(self, name: str) -> SyncTable:
         """A blocking table handle (see :meth:`Client.table`).
@@ -799,6 +894,7 @@ class SyncClient:
         scale_type: int = 0,
         target_rate: int = 0,
         rollover_size: int = 0,
+        timeout: float | None = None,
     ) -> bool:
         """See :meth:`Client.create_segment`. Example: ``client.create_segment("s", exist_ok=True)``."""
         return self._lt.run(
@@ -808,28 +904,31 @@ class SyncClient:
                 scale_type=scale_type,
                 target_rate=target_rate,
                 rollover_size=rollover_size,
+                timeout=timeout,
             )
         )
 
-    def segment_info(self, segment: str) -> SegmentInfo:
+    def segment_info(self, segment: str, *, timeout: float | None = None) -> SegmentInfo:
         """See :meth:`Client.segment_info`. Example: ``client.segment_info("s").length``."""
-        return self._lt.run(self._client.segment_info(segment))
+        return self._lt.run(self._client.segment_info(segment, timeout=timeout))
 
-    def seal(self, segment: str) -> None:
+    def seal(self, segment: str, *, timeout: float | None = None) -> None:
         """See :meth:`Client.seal`. Example: ``client.seal("s")``."""
-        self._lt.run(self._client.seal(segment))
+        self._lt.run(self._client.seal(segment, timeout=timeout))
 
-    def truncate(self, segment: str, offset: int) -> None:
+    def truncate(self, segment: str, offset: int, *, timeout: float | None = None) -> None:
         """See :meth:`Client.truncate`. Example: ``client.truncate("s", 4096)``."""
-        self._lt.run(self._client.truncate(segment, offset))
+        self._lt.run(self._client.truncate(segment, offset, timeout=timeout))
 
-    def delete(self, segment: str, *, missing_ok: bool = False) -> bool:
+    def delete(
+        self, segment: str, *, missing_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """See :meth:`Client.delete`. Example: ``client.delete("s", missing_ok=True)``."""
-        return self._lt.run(self._client.delete(segment, missing_ok=missing_ok))
+        return self._lt.run(self._client.delete(segment, missing_ok=missing_ok, timeout=timeout))
 
-    def merge(self, target: str, source: str) -> int:
+    def merge(self, target: str, source: str, *, timeout: float | None = None) -> int:
         """See :meth:`Client.merge`. Example: ``client.merge("s", "s#txn")``."""
-        return self._lt.run(self._client.merge(target, source))
+        return self._lt.run(self._client.merge(target, source, timeout=timeout))
 
     def merge_with_attribute(
         self,
@@ -838,67 +937,124 @@ class SyncClient:
         attribute_id: AttributeId,
         new_value: int,
         expected: int | None,
+        *,
+        timeout: float | None = None,
     ) -> int:
         """See :meth:`Client.merge_with_attribute`.
         Example: ``client.merge_with_attribute("s", "s#t", "commit", 2, 1)``."""
         return self._lt.run(
-            self._client.merge_with_attribute(target, source, attribute_id, new_value, expected)
+            self._client.merge_with_attribute(
+                target, source, attribute_id, new_value, expected, timeout=timeout
+            )
         )
 
-    def get_attribute(self, segment: str, attribute_id: AttributeId) -> int | None:
+    def get_attribute(
+        self, segment: str, attribute_id: AttributeId, *, timeout: float | None = None
+    ) -> int | None:
         """See :meth:`Client.get_attribute`. Example: ``client.get_attribute("s", "owner")``."""
-        return self._lt.run(self._client.get_attribute(segment, attribute_id))
+        return self._lt.run(self._client.get_attribute(segment, attribute_id, timeout=timeout))
 
     def compare_and_set_attribute(
-        self, segment: str, attribute_id: AttributeId, new_value: int | None, expected: int | None
+        self,
+        segment: str,
+        attribute_id: AttributeId,
+        new_value: int | None,
+        expected: int | None,
+        *,
+        timeout: float | None = None,
     ) -> bool:
         """See :meth:`Client.compare_and_set_attribute`.
         Example: ``client.compare_and_set_attribute("s", "owner", 1, None)``."""
         return self._lt.run(
-            self._client.compare_and_set_attribute(segment, attribute_id, new_value, expected)
+            self._client.compare_and_set_attribute(
+                segment, attribute_id, new_value, expected, timeout=timeout
+            )
         )
 
-    def last_event_number(self, segment: str, writer_id: str | uuid.UUID) -> int | None:
+    def last_event_number(
+        self, segment: str, writer_id: str | uuid.UUID, *, timeout: float | None = None
+    ) -> int | None:
         """See :meth:`Client.last_event_number`. Example: ``client.last_event_number("s", "w")``."""
-        return self._lt.run(self._client.last_event_number(segment, writer_id))
+        return self._lt.run(self._client.last_event_number(segment, writer_id, timeout=timeout))
 
-    def event_count(self, segment: str) -> int:
+    def event_count(self, segment: str, *, timeout: float | None = None) -> int:
         """See :meth:`Client.event_count`. Example: ``client.event_count("s")``."""
-        return self._lt.run(self._client.event_count(segment))
+        return self._lt.run(self._client.event_count(segment, timeout=timeout))
 
-    def create_table(self, name: str, *, key_length: int = 0, exist_ok: bool = False) -> bool:
+    def create_table(
+        self,
+        name: str,
+        *,
+        key_length: int = 0,
+        exist_ok: bool = False,
+        timeout: float | None = None,
+    ) -> bool:
         """See :meth:`Client.create_table`. Example: ``client.create_table("a/_tables/t")``."""
         return self._lt.run(
-            self._client.create_table(name, key_length=key_length, exist_ok=exist_ok)
+            self._client.create_table(
+                name, key_length=key_length, exist_ok=exist_ok, timeout=timeout
+            )
         )
 
     def delete_table(
-        self, name: str, *, must_be_empty: bool = False, missing_ok: bool = False
+        self,
+        name: str,
+        *,
+        must_be_empty: bool = False,
+        missing_ok: bool = False,
+        timeout: float | None = None,
     ) -> bool:
         """See :meth:`Client.delete_table`. Example: ``client.delete_table("a/_tables/t")``."""
         return self._lt.run(
-            self._client.delete_table(name, must_be_empty=must_be_empty, missing_ok=missing_ok)
+            self._client.delete_table(
+                name, must_be_empty=must_be_empty, missing_ok=missing_ok, timeout=timeout
+            )
         )
 
-    def table_info(self, name: str) -> TableInfo:
+    def table_info(self, name: str, *, timeout: float | None = None) -> TableInfo:
         """See :meth:`Client.table_info`. Example: ``client.table_info("a/_tables/t")``."""
-        return self._lt.run(self._client.table_info(name))
+        return self._lt.run(self._client.table_info(name, timeout=timeout))
 
 
-def connect(endpoint: str = "tcp://127.0.0.1:12345", **kwargs: Any) -> SyncClient:
-    """A blocking client of the segment store at ``endpoint``; takes the keyword
-    arguments of :func:`segmentstore_client.connect`. Opens the first connection now.
+def connect(
+    endpoint: str = "tcp://127.0.0.1:12345",
+    *,
+    connect_timeout: float = 10.0,
+    request_timeout: float = 30.0,
+    reconnect_timeout: float = 60.0,
+    keepalive_interval: float = 10.0,
+    pool_size: int = 2,
+    delegation_token: str = "",
+    options: ConnectionOptions | None = None,
+) -> SyncClient:
+    """A blocking client of the segment store at ``endpoint``; the arguments are those of
+    :func:`segmentstore_client.connect`. Opens the first connection now: a server that
+    refuses it raises :class:`ConnectFailed` at once.
 
     Example::
 
-        with sync.connect("tcp://127.0.0.1:12345") as client:
+        with sync.connect("tcp://127.0.0.1:12345", reconnect_timeout=20) as client:
             print(client.segment_info("orders/0"))
     """
     lt = _LoopThread()
     try:
 
         async def make() -> Client:
-            return await async_connect(endpoint, **kwargs).open()
+            client = async_connect(
+                endpoint,
+                connect_timeout=connect_timeout,
+                request_timeout=request_timeout,
+                reconnect_timeout=reconnect_timeout,
+                keepalive_interval=keepalive_interval,
+                pool_size=pool_size,
+                delegation_token=delegation_token,
+                options=options,
+            )
+            try:
+                return await client.open()
+            except BaseException:
+                await client.close()
+                raise
 
         client = lt.run(make())
     except BaseException:

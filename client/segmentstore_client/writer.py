@@ -40,9 +40,10 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from operator import add
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from .connection import Backoff, Connection, next_request_id
+from .admin import AdminClient
+from .connection import Backoff, Connection, next_request_id, within
 from .errors import (
     ClientClosed,
     ConnectFailed,
@@ -56,7 +57,7 @@ from .errors import (
     WrongHost,
     error_from_reply,
 )
-from .naming import checked_name
+from .naming import checked_name, writer_uuid
 from .protocol import (
     NULL_ATTRIBUTE_VALUE,
     AppendSetup,
@@ -69,9 +70,6 @@ from .protocol import (
     encode,
 )
 from .protocol.events import MAX_EVENT_SIZE
-
-if TYPE_CHECKING:
-    from .client import Client
 
 log = logging.getLogger("segmentstore_client")
 
@@ -99,9 +97,6 @@ _ABE_TAIL_SIZE: Final = _ABE_TAIL.size  # 20
 _MAX_BLOCK: Final = 4 * 1024 * 1024
 _ONLY_BYTES: Final = {bytes}
 
-WRITER_NAMESPACE: Final = uuid.UUID("6f1d1a52-2c57-4b8e-9a53-5e9a0d3c1f00")
-"""Namespace for turning a non-UUID string ``writer_id`` into a UUID (uuid5)."""
-
 
 def event_too_large(size: int) -> EventTooLarge:
     """The error for an event of ``size`` bytes, over the wire's maximum.
@@ -109,24 +104,6 @@ def event_too_large(size: int) -> EventTooLarge:
     Example: ``raise event_too_large(len(data))``
     """
     return EventTooLarge(f"event of {size} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum")
-
-
-def writer_uuid(writer_id: str | uuid.UUID | None) -> uuid.UUID:
-    """The UUID a writer id stands for: a UUID as is, a UUID string parsed, any other
-    string hashed with uuid5 (stable across processes), None a fresh random id.
-
-    Example::
-
-        writer_uuid("spark-query-7/partition-3")  # the same UUID in every process
-    """
-    if writer_id is None:
-        return uuid.uuid4()
-    if isinstance(writer_id, uuid.UUID):
-        return writer_id
-    try:
-        return uuid.UUID(writer_id)
-    except ValueError:
-        return uuid.uuid5(WRITER_NAMESPACE, writer_id)
 
 
 class Ack:
@@ -233,7 +210,7 @@ class EventWriter:
 
     def __init__(
         self,
-        client: Client,
+        client: AdminClient,
         segment: str,
         writer_id: str | uuid.UUID | None = None,
         *,
@@ -515,14 +492,18 @@ class EventWriter:
             ack = self._batch_ack if self._payloads and self._batch_ack else self._last_ack()
         return ack
 
-    async def flush(self) -> None:
-        """Send everything buffered and wait until the server has made it durable.
+    async def flush(self, *, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until the server has made it durable;
+        :class:`Timeout` after ``timeout`` seconds (the events stay queued).
 
         Example::
 
             await writer.write(b"x")
-            await writer.flush()
+            await writer.flush(timeout=10)
         """
+        await within(timeout, self._flush())
+
+    async def _flush(self) -> None:
         if self._state is _State.NEW:
             return
         self._check()

@@ -24,10 +24,11 @@ import pytest
 import segmentstore_client as sc
 from segmentstore_client import sync
 
+from .timing import SLACK, Bound
+
 if TYPE_CHECKING:
     from conftest import ServerProcess
 
-SLACK = 1.0  # every bound below is "documented timeout + 1 s"
 BIG = 8 * 2**20 + 1
 
 
@@ -36,21 +37,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-class Bound:
-    """``with Bound(seconds):`` fails the test if the block took longer."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __enter__(self) -> Bound:
-        self.start = time.monotonic()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.elapsed = time.monotonic() - self.start
-        assert self.elapsed <= self.seconds + SLACK, f"took {self.elapsed:.2f}s"
 
 
 # -- 1. the sync facade after close -------------------------------------------------------

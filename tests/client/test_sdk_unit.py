@@ -10,9 +10,10 @@ import pytest
 import segmentstore_client as sc
 from segmentstore_client import errors, protocol
 from segmentstore_client.connection import ConnectionOptions, Endpoint
+from segmentstore_client.naming import writer_uuid
 from segmentstore_client.protocol import block_end, encode, frame_events
 from segmentstore_client.reader import EventReader
-from segmentstore_client.writer import EventWriter, _cut, writer_uuid
+from segmentstore_client.writer import EventWriter, _cut
 
 
 def _offline_client() -> sc.Client:
