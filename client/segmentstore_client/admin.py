@@ -34,7 +34,6 @@ from .errors import (
     SegmentStoreError,
     ServerError,
     Timeout,
-    error_from_reply,
 )
 from .naming import checked_name, writer_uuid
 from .protocol import (
@@ -64,6 +63,7 @@ from .protocol import (
 from .protocol import (
     SegmentSealed as SegmentSealedReply,
 )
+from .replies import error_from_reply
 
 EVENT_COUNT_ATTRIBUTE: Final = uuid.UUID("80000000-0000-0000-0000-000000000001")
 """Core attribute: number of events appended to a segment (merges included)."""

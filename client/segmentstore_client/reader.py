@@ -33,11 +33,11 @@ from .errors import (
     Timeout,
     UnexpectedReply,
     WrongHost,
-    error_from_reply,
 )
 from .naming import checked_name
 from .position import Position
 from .protocol import ReadSegment, SegmentRead
+from .replies import error_from_reply
 
 log = logging.getLogger("segmentstore_client")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from .admin import AdminClient, TableInfo
-from .errors import SegmentStoreError, TableConditionFailed, UnexpectedReply, error_from_reply
+from .errors import SegmentStoreError, TableConditionFailed, UnexpectedReply
 from .naming import checked_name
 from .protocol import (
     NO_VERSION,
@@ -37,6 +37,7 @@ from .protocol import (
 )
 from .protocol import TableEntry as WireEntry
 from .protocol import TableKey as WireKey
+from .replies import error_from_reply
 
 Key = bytes | str
 Value = bytes | str
