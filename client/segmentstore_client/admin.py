@@ -15,14 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from .connection import (
-    Backoff,
-    ConnectionOptions,
-    ConnectionPool,
-    Endpoint,
-    next_request_id,
-    within,
-)
+from .connection import ConnectionOptions, Endpoint, next_request_id
 from .errors import (
     AttributeConflict,
     ClientClosed,
@@ -36,6 +29,7 @@ from .errors import (
     Timeout,
 )
 from .naming import checked_name, writer_uuid
+from .pool import Backoff, ConnectionPool, within
 from .protocol import (
     NULL_ATTRIBUTE_VALUE,
     Command,

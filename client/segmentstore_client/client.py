@@ -15,8 +15,9 @@ from collections.abc import Generator
 from typing import Any, Final
 
 from .admin import AdminClient
-from .connection import ConnectionOptions, Endpoint, within
+from .connection import ConnectionOptions, Endpoint
 from .errors import ClientClosed
+from .pool import within
 from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
 from .table import Table

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .admin import AdminClient
-from .connection import Backoff, next_request_id
+from .connection import next_request_id
 from .errors import (
     ClientClosed,
     ConnectFailed,
@@ -35,6 +35,7 @@ from .errors import (
     WrongHost,
 )
 from .naming import checked_name
+from .pool import Backoff
 from .position import Position
 from .protocol import ReadSegment, SegmentRead
 from .replies import error_from_reply

@@ -40,8 +40,8 @@ import logging
 from collections.abc import Generator, Iterable
 from typing import Any
 
-from .connection import Backoff, within
 from .errors import EventTooLarge, SegmentStoreError, WriterClosed
+from .pool import Backoff, within
 from .protocol import NULL_ATTRIBUTE_VALUE, ConditionalAppend, encode
 from .protocol.events import MAX_EVENT_SIZE
 from .writer_blocks import ONLY_BYTES, Ack, Block, as_bytes, cut, event_too_large

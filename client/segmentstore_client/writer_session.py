@@ -19,7 +19,7 @@ import uuid
 from collections import deque
 
 from .admin import AdminClient
-from .connection import Backoff, Connection, next_request_id
+from .connection import Connection, next_request_id
 from .errors import (
     ClientClosed,
     ConnectFailed,
@@ -32,6 +32,7 @@ from .errors import (
     WrongHost,
 )
 from .naming import checked_name, writer_uuid
+from .pool import Backoff
 from .protocol import (
     NULL_ATTRIBUTE_VALUE,
     AppendSetup,
