@@ -22,6 +22,7 @@ from .errors import (
     ConnectFailed,
     ConnectionLost,
     NoSuchSegment,
+    OperationUnsupported,
     SegmentAlreadyExists,
     SegmentSealed,
     SegmentStoreError,
@@ -42,6 +43,7 @@ from .protocol import (
     GetStreamSegmentInfo,
     GetTableSegmentInfo,
     MergeSegments,
+    ReadTableKeys,
     SealSegment,
     SegmentAttribute,
     SegmentAttributeUpdated,
@@ -50,6 +52,8 @@ from .protocol import (
     SegmentsMerged,
     SegmentTruncated,
     StreamSegmentInfo,
+    TableIteratorArgs,
+    TableKeysRead,
     TableSegmentInfo,
     TruncateSegment,
     UpdateSegmentAttribute,
@@ -57,6 +61,7 @@ from .protocol import (
 from .protocol import (
     SegmentSealed as SegmentSealedReply,
 )
+from .protocol.names import SEGMENT_LISTING_TABLE, decode_name, encode_name
 from .replies import error_from_reply
 
 EVENT_COUNT_ATTRIBUTE: Final = uuid.UUID("80000000-0000-0000-0000-000000000001")
@@ -312,6 +317,41 @@ class AdminClient:
         if isinstance(error, ServerError) and error.segment:
             error.args = (f"merge of {source!r} into {target!r}: {error.args[0]}",)
         return error
+
+    async def list_segments(self, prefix: str = "", *, timeout: float | None = None) -> list[str]:
+        """Names of the segments (tables included) that start with ``prefix``, sorted by
+        their UTF-8 bytes. Paged on the wire (a segmentstore extension: a ReadTableKeys
+        on the virtual table ``SEGMENT_LISTING_TABLE``); a server without it raises
+        :class:`OperationUnsupported`.
+
+        Example::
+
+            for name in await client.list_segments("orders/"):
+                print(name)
+        """
+        return await within(timeout, self._list_segments(encode_name(prefix)))
+
+    async def _list_segments(self, prefix: bytes) -> list[str]:
+        names: list[str] = []
+        cont = b""
+        while True:
+            reply = await self._call(self._listing_request(prefix, cont), retry=True)
+            if not isinstance(reply, TableKeysRead):
+                error = error_from_reply(reply)
+                if isinstance(error, NoSuchSegment | OperationUnsupported):
+                    raise OperationUnsupported(
+                        f"{self.endpoint} cannot list segments ({error})", "", reply
+                    )
+                raise error
+            names.extend(decode_name(bytes(k.key)) for k in reply.keys)
+            cont = bytes(reply.continuation_token)
+            if not reply.keys or not cont:
+                return names
+
+    def _listing_request(self, prefix: bytes, cont: bytes) -> Callable[[int], Command]:
+        token = self.options.delegation_token
+        args = TableIteratorArgs(cont, prefix)
+        return lambda rid: ReadTableKeys(rid, SEGMENT_LISTING_TABLE, token, 1000, args)
 
     # -- attributes ------------------------------------------------------------------
 

@@ -316,6 +316,10 @@ class SyncClient:
             )
         )
 
+    def list_segments(self, prefix: str = "", *, timeout: float | None = None) -> list[str]:
+        """See :meth:`Client.list_segments`. Example: ``client.list_segments("orders/")``."""
+        return self._lt.run(self._client.list_segments(prefix, timeout=timeout))
+
     def segment_info(self, segment: str, *, timeout: float | None = None) -> SegmentInfo:
         """See :meth:`Client.segment_info`. Example: ``client.segment_info("s").length``."""
         return self._lt.run(self._client.segment_info(segment, timeout=timeout))

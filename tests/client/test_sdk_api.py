@@ -5,6 +5,7 @@ that run without a warning."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import re
@@ -150,6 +151,28 @@ async def test_ping_and_state(module_server: ServerProcess) -> None:
         assert s.state == "connected"
         assert 0 < s.ping() < 5
     assert s.state == "closed"
+
+
+# -- listing ------------------------------------------------------------------------------
+
+
+async def test_list_segments_by_prefix(module_server: ServerProcess, segment: str) -> None:
+    base = segment.rsplit("/", 1)[0] + "/ls/"
+    names = [f"{base}{i:04d}" for i in range(2500)] + [f"{base}\u00e9t\u00e9"]
+    async with sc.connect(module_server.endpoint) as c:
+        await asyncio.gather(*(c.create_segment(n) for n in names))
+        await c.create_table(f"{base}_tables/t")
+        await c.create_segment(base.rstrip("/") + "-not-under-it")
+        got = await c.list_segments(base)  # three pages of 1000
+        assert got == sorted([*names, f"{base}_tables/t"], key=lambda n: n.encode())
+        assert await c.list_segments(base + "00") == names[:100]
+        assert await c.list_segments(base + "nothing") == []
+        await c.delete(names[0])
+        assert names[0] not in await c.list_segments(base, timeout=10)
+        everything = await c.list_segments()
+        assert set(got) - {names[0]} <= set(everything)
+    with sync.connect(module_server.endpoint) as s:
+        assert s.list_segments(base + "24") == names[2400:2500]
 
 
 # -- errors name what they are about -----------------------------------------------------
