@@ -56,6 +56,7 @@ from .position import Position
 from .reader import Event, EventReader, ReadChunk
 from .table import MUST_NOT_EXIST, Table, TableChanges, TableEntry, TableKeyVersion
 from .writer import Ack, EventWriter
+from .writer_state import WriterState
 
 __version__ = "0.1.0"
 
@@ -109,6 +110,7 @@ __all__ = [
     "TokenExpired",
     "WriterClosed",
     "WriterFenced",
+    "WriterState",
     "WrongHost",
     "connect",
     "errors",

@@ -107,7 +107,8 @@ class Client(AdminClient):
     async def close(self) -> None:
         """Close every reader made by this client (their loops end), flush and close every
         writer it made, then close the connections; calls still waiting raise
-        :class:`ClientClosed`.
+        :class:`ClientClosed`. Nothing reconnects once ``close`` has begun: a writer
+        whose connection is lost fails its unacknowledged events with ClientClosed.
 
         Example::
 
@@ -116,6 +117,10 @@ class Client(AdminClient):
         if self._closed:
             return
         self._closed = True
+        # No reconnects from here on: a writer whose connection is gone fails at once
+        # (with ClientClosed) instead of retrying for the reconnect timeout; writers on
+        # open connections still flush.
+        self._pool.stop_connecting()
         for reader in list(self._readers):
             await reader.close()  # wakes a reader parked at the tail: its loop ends
         writers = list(self._writers)

@@ -190,7 +190,7 @@ class ConnectionPool:
 
     async def _unless_closed(self, aw: Awaitable[T]) -> T:
         """Await ``aw``, or cancel it and raise :class:`ClientClosed` when the pool closes."""
-        if self._closed:
+        if self._closing.is_set():
             if asyncio.iscoroutine(aw):
                 aw.close()
             raise ClientClosed("the client is closed")
@@ -204,9 +204,15 @@ class ConnectionPool:
                 task.cancel()
                 with contextlib.suppress(BaseException):  # its outcome no longer matters
                     await task
-        if task.cancelled() or (self._closed and task.exception() is not None):
+        if task.cancelled() or (self._closing.is_set() and task.exception() is not None):
             raise ClientClosed("the client is closed")
         return task.result()
+
+    def stop_connecting(self) -> None:
+        """Open no more connections (the client is closing): callers that would connect
+        or reconnect get :class:`ClientClosed` at once; open connections stay usable, so
+        writers on them can still flush. Example: ``pool.stop_connecting()``"""
+        self._closing.set()
 
     async def close(self) -> None:
         """Close every connection; later acquires raise :class:`ClientClosed`, and callers

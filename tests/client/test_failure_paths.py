@@ -268,6 +268,24 @@ async def test_client_close_ends_follow_readers_and_pending_calls(server: Server
             await asyncio.wait_for(pending, 1.0 + SLACK)
 
 
+async def test_client_close_does_not_wait_out_a_reconnecting_writer(
+    server: ServerProcess,
+) -> None:
+    c = await sc.connect(server.endpoint, reconnect_timeout=30)
+    await c.create_segment("w/0")
+    w = await c.writer("w/0").start()
+    await (await w.write(b"durable"))
+    server.kill()
+    await asyncio.sleep(0.2)  # the writer is reconnecting now (for up to 30 s)
+    ack = await w.write(b"never acknowledged")
+    with Bound(0):
+        await c.close()
+    with pytest.raises(sc.ClientClosed):
+        await ack
+    with pytest.raises(sc.ClientClosed):
+        await w.write(b"after")
+
+
 def test_sync_client_close_ends_a_thread_iterating_a_follow_reader(
     module_server: ServerProcess, segment: str
 ) -> None:
