@@ -209,6 +209,11 @@ class SyncClient:
             return
         self._closed = True
         try:
+
+            async def stop_connecting() -> None:  # as Client.close() does first
+                self._client._pool.stop_connecting()
+
+            self._lt.run(stop_connecting())
             for w in list(self._writers):  # hand their queued events over, then flush
                 try:
                     w.close()

@@ -286,6 +286,22 @@ async def test_client_close_does_not_wait_out_a_reconnecting_writer(
         await w.write(b"after")
 
 
+def test_sync_client_close_does_not_wait_out_a_reconnecting_writer(
+    server: ServerProcess,
+) -> None:
+    c = sync.connect(server.endpoint, reconnect_timeout=30)
+    c.create_segment("w/0")
+    w = c.writer("w/0")
+    w.write(b"durable").wait(5)
+    server.kill()
+    time.sleep(0.2)
+    ack = w.write(b"never acknowledged")
+    with Bound(0):
+        c.close()
+    with pytest.raises(sc.ClientClosed):
+        ack.wait(1)
+
+
 def test_sync_client_close_ends_a_thread_iterating_a_follow_reader(
     module_server: ServerProcess, segment: str
 ) -> None:
