@@ -22,6 +22,7 @@ from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StoreConfig
 from ..tables import TableStore
 from .connection import Connection
 from .context import HandlerTable, ServerContext
+from .listing import LISTING_HANDLERS
 from .metrics import Metrics, serve_metrics
 from .resources import default_read_cache_mb, keep_freed_memory, memory_limit_bytes
 from .segment_handlers import SEGMENT_HANDLERS
@@ -36,7 +37,7 @@ class Server:
     def __init__(self, config: ServerConfig, ctx: ServerContext) -> None:
         self.config = config
         self.ctx = ctx
-        self.handlers: HandlerTable = {**SEGMENT_HANDLERS, **TABLE_HANDLERS}
+        self.handlers: HandlerTable = {**SEGMENT_HANDLERS, **TABLE_HANDLERS, **LISTING_HANDLERS}
         self.connections: set[Connection] = set()
         self.address: tuple[str, int] = (config.host, config.port)
         self.metrics_port: int | None = None
