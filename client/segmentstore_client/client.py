@@ -12,11 +12,12 @@ import logging
 import uuid
 import weakref
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Final, overload
+from typing import Any, Final, overload
 
 from .admin import AdminClient
 from .connection import ConnectionOptions, Endpoint
 from .errors import ClientClosed
+from .eventbus import EventBus
 from .formats import RecordFormat
 from .formats._sdk import FormattedReader, FormattedWriter
 from .pool import within
@@ -24,9 +25,6 @@ from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
 from .table import Table
 from .writer import EventWriter
-
-if TYPE_CHECKING:
-    from .eventbus import EventBus
 
 log = logging.getLogger("segmentstore_client")
 
@@ -297,8 +295,6 @@ class Client(AdminClient):
             async with client.events("shop") as bus:
                 reply = await bus.emit("price", b"sku-1", namespace="catalog")
         """
-        from .eventbus import EventBus
-
         return EventBus(self, scope, partitions=partitions)
 
     def table(self, name: str) -> Table:

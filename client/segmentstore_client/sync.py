@@ -26,12 +26,15 @@ import logging
 import uuid
 import weakref
 from collections.abc import Iterable, Iterator
+from typing import overload
 
 from .admin import AttributeId, SegmentInfo, TableInfo
 from .client import Client
 from .client import connect as async_connect
 from .connection import ConnectionOptions
 from .errors import SegmentStoreError
+from .formats import RecordFormat
+from .formats._sync import SyncFormattedReader, SyncFormattedWriter
 from .position import Position
 from .reader import ReadChunk
 from .sync_loop import LoopThread
@@ -225,6 +228,30 @@ class SyncClient:
             for w in list(self._writers):
                 w._client_closed()
 
+    @overload
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = ...,
+        *,
+        first_event_number: int | None = ...,
+        block_size: int = ...,
+        linger: float = ...,
+        max_buffered_bytes: int = ...,
+        format: None = ...,
+    ) -> SyncEventWriter: ...
+    @overload
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = ...,
+        *,
+        first_event_number: int | None = ...,
+        block_size: int = ...,
+        linger: float = ...,
+        max_buffered_bytes: int = ...,
+        format: str | RecordFormat,
+    ) -> SyncFormattedWriter: ...
     def writer(
         self,
         segment: str,
@@ -234,8 +261,10 @@ class SyncClient:
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
-    ) -> SyncEventWriter:
-        """A blocking writer (see :meth:`Client.writer`).
+        format: str | RecordFormat | None = None,
+    ) -> SyncEventWriter | SyncFormattedWriter:
+        """A blocking writer (see :meth:`Client.writer`); ``format`` gives a writer of
+        records of that format.
 
         Example::
 
@@ -255,8 +284,28 @@ class SyncClient:
 
         w = SyncEventWriter(self._lt, self._lt.run(make()))
         self._writers.add(w)
-        return w
+        return w if format is None else SyncFormattedWriter(w, format)
 
+    @overload
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = ...,
+        *,
+        follow: bool = ...,
+        read_size: int = ...,
+        format: None = ...,
+    ) -> SyncEventReader: ...
+    @overload
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = ...,
+        *,
+        follow: bool = ...,
+        read_size: int = ...,
+        format: str | RecordFormat,
+    ) -> SyncFormattedReader: ...
     def reader(
         self,
         segment: str,
@@ -264,8 +313,10 @@ class SyncClient:
         *,
         follow: bool = False,
         read_size: int = 1024 * 1024,
-    ) -> SyncEventReader:
-        """A blocking reader (see :meth:`Client.reader`).
+        format: str | RecordFormat | None = None,
+    ) -> SyncEventReader | SyncFormattedReader:
+        """A blocking reader (see :meth:`Client.reader`); ``format`` yields decoded
+        records of that format.
 
         Example::
 
@@ -273,7 +324,8 @@ class SyncClient:
                 print(event.data)
         """
         r = self._client.reader(segment, offset, follow=follow, read_size=read_size)
-        return SyncEventReader(self._lt, r)
+        sr = SyncEventReader(self._lt, r)
+        return sr if format is None else SyncFormattedReader(sr, format)
 
     def read_bytes(
         self, segment: str, offset: int, length: int, *, timeout: float | None = None

@@ -236,7 +236,8 @@ def test_sync_connect_has_the_async_signature() -> None:
 
 PAIRS: list[tuple[type, type, set[str]]] = [
     # (async class, sync class, async methods with no blocking twin)
-    (sc.Client, sync.SyncClient, {"open"}),
+    # events(): request/reply handlers are coroutines; the bus is async-only.
+    (sc.Client, sync.SyncClient, {"open", "events"}),
     (sc.Table, sync.SyncTable, {"keys_page", "items_page"}),
     (sc.EventWriter, sync.SyncEventWriter, set()),
     (sc.EventReader, sync.SyncEventReader, {"batches"}),
