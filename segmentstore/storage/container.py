@@ -30,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from segmentstore_client.protocol.names import encode_name
+
 from . import checkpoint as ckpt_mod
 from . import records as R
 from .api import (
@@ -417,7 +419,7 @@ class SegmentContainer:
         seg.inflight = 1
         seg.p_ec = attrs.get(_EC, 0)
         seg.p_attrs = {k: v for k, v in attrs.items() if k != _EC} or None
-        encoded = name.encode("utf-8", "surrogatepass")
+        encoded = encode_name(name)
         body = R.CREATE_BODY.pack(seg_id, segment_type, len(encoded)) + encoded
         fut: asyncio.Future[None] = self._loop.create_future()
         self._enqueue(R.CREATE, body + R.encode_attrs(attrs), (K_CREATE, seg, fut, attrs))

@@ -23,6 +23,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from segmentstore_client.protocol.names import decode_name
+
 from . import records as R
 from .api import EVENT_COUNT
 from .checkpoint import load_newest
@@ -458,7 +460,7 @@ def _apply(
     elif rtype == R.CREATE:
         seg_id, stype, name_len = R.CREATE_BODY.unpack_from(record, body)
         pos = body + R.CREATE_BODY.size
-        name = record[pos : pos + name_len].decode()
+        name = decode_name(record[pos : pos + name_len])
         attrs, _ = R.decode_attrs(record, pos + name_len)
         seg = SegmentMeta(name, seg_id, stype, mtime_ms)
         seg.created = True

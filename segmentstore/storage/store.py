@@ -21,6 +21,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from segmentstore_client.protocol.names import encode_name
+
 from .api import (
     AppendResult,
     AttributeUpdate,
@@ -51,7 +53,7 @@ def routing_name(name: str) -> str:
 def container_of(name: str, count: int) -> int:
     if count == 1:
         return 0
-    return zlib.crc32(routing_name(name).encode("utf-8", "surrogatepass")) % count
+    return zlib.crc32(encode_name(routing_name(name))) % count
 
 
 class SegmentStore:
