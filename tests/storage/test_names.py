@@ -16,10 +16,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from segmentstore_client.protocol.names import MAX_NAME_BYTES, decode_name, encode_name
 
 from segmentstore.storage import SegmentStore
 from segmentstore.storage.store import container_of
-from segmentstore_client.protocol.names import MAX_NAME_BYTES, decode_name, encode_name
 
 from .conftest import small_config
 
