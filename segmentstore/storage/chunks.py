@@ -246,6 +246,23 @@ class ChunkStore:
         for k in range(first_k, last_k + 1):
             self.path(seg_id, k).unlink(missing_ok=True)
 
+    def verify(self, seg_id: int, start: int, end: int) -> list[tuple[int, str]]:
+        """Problems of the chunk files holding bytes ``[start, end)``: (chunk, what)."""
+        out: list[tuple[int, str]] = []
+        first, last = self.chunk_range(start, end)
+        cb = self.chunk_bytes
+        for k in range(first, last + 1):
+            path = self.path(seg_id, k)
+            want = min(end - k * cb, cb)
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                out.append((k, f"chunk file {path.name} is missing"))
+                continue
+            if size < want:
+                out.append((k, f"chunk file {path.name} holds {size} bytes, needs {want}"))
+        return out
+
     def list_files(self) -> dict[int, list[int]]:
         """Every chunk file on disk: segment id -> chunk numbers."""
         found: dict[int, list[int]] = {}

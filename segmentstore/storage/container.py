@@ -165,7 +165,7 @@ class SegmentContainer:
         t0 = time.perf_counter()
         try:
             rec = await self._loop.run_in_executor(
-                self._io_exec, recover, self.dir, self._chunks, self.label
+                self._io_exec, recover, self.dir, self._chunks, self.label, self.config.fsync
             )
         except BaseException:
             self._log_exec.shutdown()

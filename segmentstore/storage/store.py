@@ -37,7 +37,7 @@ from .wal import FaultHook, fsync_dir
 
 log = logging.getLogger("segmentstore.storage")
 
-_LAYOUT_FILE = "store.json"
+LAYOUT_FILE = "store.json"
 _LAYOUT_VERSION = 1
 
 
@@ -76,9 +76,9 @@ class SegmentStore:
         log_implementation()
         loop = asyncio.get_running_loop()
         data_dir = Path(config.data_dir)
-        lock_fd = await loop.run_in_executor(None, _lock_data_dir, data_dir)
+        lock_fd = await loop.run_in_executor(None, lock_data_dir, data_dir)
         try:
-            await loop.run_in_executor(None, _check_layout, data_dir, config.container_count)
+            await loop.run_in_executor(None, _check_layout, data_dir, config)
         except BaseException:
             os.close(lock_fd)
             raise
@@ -241,7 +241,7 @@ class SegmentStore:
         return out
 
 
-def _lock_data_dir(data_dir: Path) -> int:
+def lock_data_dir(data_dir: Path) -> int:
     """Hold an exclusive flock on ``data_dir/LOCK`` (two stores on one directory would
     corrupt it); the kernel drops it when the process dies, so a crash never leaves it held."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -254,8 +254,11 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
-def _check_layout(data_dir: Path, count: int) -> None:
-    path = data_dir / _LAYOUT_FILE
+def _check_layout(data_dir: Path, config: StoreConfig) -> None:
+    """Refuse a directory made with another container count or chunk file size: segments
+    would be looked for in the wrong container, bytes at the wrong place in chunk files."""
+    count = config.container_count
+    path = data_dir / LAYOUT_FILE
     if path.exists():
         layout = json.loads(path.read_text())
         if layout.get("container_count") != count:
@@ -263,10 +266,21 @@ def _check_layout(data_dir: Path, count: int) -> None:
                 str(data_dir),
                 f"created with {layout.get('container_count')} containers, opened with {count}",
             )
+        recorded = layout.get("chunk_file_bytes", config.chunk_file_bytes)
+        if recorded != config.chunk_file_bytes:
+            raise StorageError(
+                str(data_dir),
+                f"created with {recorded}-byte chunk files, opened with {config.chunk_file_bytes}",
+            )
         return
     tmp = path.with_suffix(".tmp")
+    layout = {
+        "version": _LAYOUT_VERSION,
+        "container_count": count,
+        "chunk_file_bytes": config.chunk_file_bytes,
+    }
     with open(tmp, "w") as f:
-        f.write(json.dumps({"version": _LAYOUT_VERSION, "container_count": count}))
+        f.write(json.dumps(layout))
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
