@@ -213,9 +213,16 @@ class AppendTooLarge(StorageError):
     """An append's payload exceeds ``StoreConfig.max_append_bytes``."""
 
 
+class SegmentDamaged(StorageError):
+    """The segment's data at rest is damaged: a chunk file is missing, short or fails its
+    checksum. Its reads (and appends) fail with this until the file is restored from a
+    backup or the segment is deleted; other segments are unaffected. Not retriable."""
+
+
 class StoreCorrupted(StorageError):
     """Opening found damage that recovery must not paper over (e.g. a bad checkpoint).
 
-    ``segment`` holds the path of the damaged file. A torn or corrupt log *tail* is not
-    this error: recovery cuts it and logs what it cut.
+    ``segment`` holds the path of the damaged file; the message names the command that
+    repairs it. A torn log *tail* (an incomplete last write) is not this error: recovery
+    cuts it and logs what it cut.
     """

@@ -47,6 +47,7 @@ from .api import (
     BadOffset,
     InvalidOffset,
     ReadResult,
+    SegmentDamaged,
     SegmentExists,
     SegmentInfo,
     SegmentNotFound,
@@ -56,6 +57,7 @@ from .api import (
     StorageUnavailable,
     StoreConfig,
 )
+from .chunk_sums import ChunkDamaged
 from .chunks import ALIGN, ChunkId, ChunkStore
 from .crc import crc32c, crc32c_extend
 from .metadata import SegmentMeta
@@ -331,6 +333,9 @@ class SegmentContainer:
         if seg.p_sealed:
             fut.set_exception(SegmentSealed(name))
             return fut
+        if seg.damaged is not None:
+            fut.set_exception(SegmentDamaged(name, seg.damaged))
+            return fut
         if self._closing:
             fut.set_exception(StorageUnavailable(name, "the store is closing"))
             return fut
@@ -554,6 +559,8 @@ class SegmentContainer:
     def try_read(self, name: str, offset: int, max_length: int) -> ReadResult | None:
         """The read served from memory, or None when it needs a chunk file."""
         seg = self._committed(name)
+        if seg.damaged is not None:
+            raise SegmentDamaged(name, seg.damaged)
         if offset < seg.start_offset:
             raise SegmentTruncated(name, seg.start_offset, offset)
         length = seg.length
@@ -586,20 +593,19 @@ class SegmentContainer:
             data: bytes = await self._loop.run_in_executor(
                 self._io_exec, self._chunks.read, seg.id, offset, disk_end
             )
-        except FileNotFoundError:
-            data = b""
+        except ChunkDamaged as exc:
+            # A truncate or delete that ran meanwhile removes files legitimately.
+            seg2 = self._committed(name)
+            if offset < seg2.start_offset:
+                raise SegmentTruncated(name, seg2.start_offset, offset) from None
+            seg.damaged = f"{exc} (in {exc.path.parent})"
+            log.error("%s: segment %r is damaged: %s; its reads fail", self.label, name, exc)
+            raise SegmentDamaged(name, seg.damaged) from None
         except OSError as exc:
             log.error(
                 "%s: reading %s at %d from chunk files failed: %s", self.label, name, offset, exc
             )
             raise StorageUnavailable(name, f"reading chunk files failed: {exc}") from exc
-        if len(data) < disk_end - offset:
-            # A concurrent truncate/delete removed the file, or the data is really lost.
-            seg2 = self._committed(name)
-            if offset < seg2.start_offset:
-                raise SegmentTruncated(name, seg2.start_offset, offset)
-            if not data:
-                raise StorageUnavailable(name, f"chunk data at {offset} is missing")
         stop = offset + len(data)
         cache = seg.cache
         if stop == disk_end < end and cache is not None and cache.start <= stop:
@@ -934,7 +940,7 @@ class SegmentContainer:
         direct = self._chunks.direct
         for seg in segs:
             start, end = seg.flushed, seg.length
-            if seg.deleted or end <= start:
+            if seg.deleted or end <= start or seg.damaged is not None:
                 continue
             cache = seg.cache
             assert cache is not None and cache.start <= start
@@ -996,7 +1002,7 @@ class SegmentContainer:
             if not await self._flush_locked():
                 return False
             for seg, rec in zip(segs, snapshot, strict=True):
-                if seg.flushed < rec.length and not seg.deleted:
+                if seg.flushed < rec.length and not seg.deleted and seg.damaged is None:
                     log.error("%s: checkpoint skipped, %s not flushed", self.label, seg.name)
                     return False
             dirty = self._dirty_chunks

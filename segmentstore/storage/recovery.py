@@ -28,6 +28,7 @@ from segmentstore_client.protocol.names import decode_name
 from . import records as R
 from .api import EVENT_COUNT, FsyncMode, StoreCorrupted
 from .checkpoint import Checkpoint, load_newest
+from .chunk_sums import cut as cut_sums
 from .chunks import ChunkId, ChunkStore
 from .crc import crc32c
 from .damage import LogDamage, file_holds_records, later_record
@@ -67,6 +68,9 @@ class _ChunkBuffer:
         self.chunks = chunks
         self.dirty = dirty
         self.dry_run = dry_run
+        # Segments whose chunk files are missing or short: their data cannot be appended to
+        # those files (the head block to extend is gone); reads of them fail anyway.
+        self.damaged: set[int] = set()
         self.pending: dict[int, tuple[int, bytearray]] = {}
         self.size = 0
 
@@ -87,7 +91,7 @@ class _ChunkBuffer:
 
     def flush(self) -> None:
         for seg_id, (offset, data) in self.pending.items():
-            if not self.dry_run:
+            if not self.dry_run and seg_id not in self.damaged:
                 self.dirty |= self.chunks.write(seg_id, offset, [data])
         self.pending.clear()
         self.size = 0
@@ -98,26 +102,29 @@ def _pending_size(pending: dict[int, tuple[int, bytearray]]) -> int:
 
 
 def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: list[str]) -> None:
+    """Make chunk files match the checkpoint: drop what it does not cover, cut the last
+    chunk of each segment to its length; mark segments whose files are missing or short."""
     cb = chunks.chunk_bytes
     for seg_id, ks in chunks.list_files().items():
         seg = by_id.get(seg_id)
-        if seg is None:
-            chunks.delete(seg_id, min(ks), max(ks))
-            continue
-        first, last = chunks.chunk_range(seg.start_offset, seg.length)
+        first, last = (0, -1) if seg is None else chunks.chunk_range(seg.start_offset, seg.length)
         for k in ks:
-            path = chunks.path(seg_id, k)
             if k < first or k > last:
-                path.unlink(missing_ok=True)
-            elif k == last:
+                chunks.delete(seg_id, k, k)
+            elif seg is not None and k == last:
+                path = chunks.path(seg_id, k)
                 want = seg.length - k * cb
-                size = path.stat().st_size
-                if size > want:
-                    os.truncate(path, want)
-                elif size < want:
-                    msg = f"chunk file {path} holds {size} bytes, checkpoint needs {want}"
-                    problems.append(msg)
-                    log.error("recovery: %s", msg)
+                if path.exists():
+                    if path.stat().st_size > want:
+                        os.truncate(path, want)
+                    cut_sums(path, want)
+    for seg in by_id.values():
+        found = chunks.verify(seg.id, seg.start_offset, seg.length, read=False)
+        if found:
+            seg.damaged = "; ".join(what for _, what in found)
+            msg = f"segment {seg.name!r}: {seg.damaged}; its reads will fail"
+            problems.append(msg)
+            log.error("recovery: %s", msg)
 
 
 def _load_checkpoint(
@@ -191,6 +198,7 @@ def recover(
     if not dry_run:
         _clean_chunks(chunks, by_id, rec.problems)
     buf = _ChunkBuffer(chunks, rec.dirty_chunks, dry_run)
+    buf.damaged = {seg.id for seg in by_id.values() if seg.damaged is not None}
 
     # Files whose successor starts at or before ckpt_seq + 1 hold only checkpointed records.
     start = 0
