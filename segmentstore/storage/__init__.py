@@ -36,6 +36,7 @@ from .api import (
     StorageUnavailable,
     StoreConfig,
     StoreCorrupted,
+    StoreOverloaded,
     core_attribute,
 )
 from .store import SegmentStore
@@ -73,5 +74,6 @@ __all__ = [
     "StorageUnavailable",
     "StoreConfig",
     "StoreCorrupted",
+    "StoreOverloaded",
     "core_attribute",
 ]

@@ -106,6 +106,9 @@ class StoreConfig:
     # or every flush_interval_s, whichever comes first.
     flush_bytes: int = 16 * 1024 * 1024
     flush_interval_s: float = 1.0
+    # Store-wide bound on payload bytes accepted but not yet durable (pending.py): an append
+    # or merge past it fails at once with the retriable StoreOverloaded.
+    max_pending_bytes: int = 256 * 1024 * 1024
     # Write and read chunk files with O_DIRECT where the filesystem supports it (chunks.py):
     # segment data then bypasses the page cache, which the read cache stands in for.
     direct_io: bool = True
@@ -207,6 +210,12 @@ class StorageUnavailable(StorageError):
     """Disk full or an I/O error: nothing was applied; a retry later may succeed."""
 
     retriable = True
+
+
+class StoreOverloaded(StorageUnavailable):
+    """``StoreConfig.max_pending_bytes`` of appends are accepted and not yet durable, across
+    the whole store: nothing was applied; retry once earlier appends complete (or
+    ``await SegmentStore.wait_for_room()`` first)."""
 
 
 class AppendTooLarge(StorageError):

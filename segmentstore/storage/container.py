@@ -56,11 +56,13 @@ from .api import (
     StorageError,
     StorageUnavailable,
     StoreConfig,
+    StoreOverloaded,
 )
 from .chunk_sums import ChunkDamaged
 from .chunks import ALIGN, ChunkId, ChunkStore
 from .crc import crc32c, crc32c_extend
 from .metadata import SegmentMeta
+from .pending import PendingBytes
 from .read_cache import FREEZE, OWN_BLOCK, ReadCache
 from .recovery import recover
 from .wal import FaultHook, WalWriter
@@ -100,8 +102,19 @@ def _set_result(fut: asyncio.Future[None]) -> None:
 
 
 class SegmentContainer:
-    def __init__(self, index: int, directory: Path, config: StoreConfig, budget: int) -> None:
+    def __init__(
+        self,
+        index: int,
+        directory: Path,
+        config: StoreConfig,
+        budget: int,
+        pending: PendingBytes | None = None,
+    ) -> None:
         self.index = index
+        # Shared by all containers of a store: bytes accepted but not yet durable.
+        self._pending_bytes = (
+            pending if pending is not None else PendingBytes(config.max_pending_bytes)
+        )
         self.dir = directory
         self.config = config
         self.label = f"container {index}"
@@ -359,6 +372,11 @@ class SegmentContainer:
         if expected_offset is not None and expected_offset != offset:
             fut.set_exception(BadOffset(name, expected_offset, offset))
             return fut
+        if n and not self._pending_bytes.try_take(n):
+            fut.set_exception(
+                StoreOverloaded(name, f"{self._pending_bytes.used} bytes wait for the disk")
+            )
+            return fut
         if type(data) is not bytes:
             data = bytes(data)  # the caller may reuse its buffer once we return
         seq = self._next_seq
@@ -378,6 +396,7 @@ class SegmentContainer:
                     event_number,
                 )
         except Exception as exc:  # struct.error: a count or number out of its range
+            self._pending_bytes.release(n)
             fut.set_exception(InvalidOffset(name, f"bad event number or count: {exc}"))
             return fut
         self._next_seq = seq + 1
@@ -539,6 +558,8 @@ class SegmentContainer:
             raise SegmentNotFound(source)
         if len(data) > R.MAX_RECORD_SIZE - 64:
             raise InvalidOffset(source, f"{len(data)} bytes is too large to merge")
+        if data and not self._pending_bytes.try_take(len(data)):
+            raise StoreOverloaded(target, f"{self._pending_bytes.used} bytes wait for the disk")
         delta = 1 if s.segment_type & SEGMENT_TYPE_TRANSIENT else max(0, s.pending_attr(_EC))
         offset = t.p_length
         end = offset + len(data)
@@ -747,7 +768,10 @@ class SegmentContainer:
         self.stats["failed_batches"] += 1
         log.error("%s: %s; failing %d operations", self.label, reason, len(failed))
         touched: dict[int, SegmentMeta] = {}
+        released = 0
         for op in failed:
+            if op[0] == K_APPEND or op[0] == K_MERGE:
+                released += len(op[2] if op[0] == K_APPEND else op[4])
             seg: SegmentMeta = op[1]
             touched[id(seg)] = seg
             if op[0] == K_MERGE:
@@ -755,6 +779,7 @@ class SegmentContainer:
             fut: asyncio.Future[Any] = op[2] if op[0] != K_APPEND else op[4]
             if not fut.done():
                 fut.set_exception(StorageUnavailable(seg.name, reason))
+        self._pending_bytes.release(released)
         segs = list(touched.values())
         for seg in segs:
             if not seg.created and self._segments.get(seg.name) is seg:
@@ -818,6 +843,7 @@ class SegmentContainer:
             else:
                 appended += self._apply_other(op, now_ms)
         self._unflushed += appended
+        self._pending_bytes.release(appended)
         self._cache.size += cached
         stats = self.stats
         stats["appends"] += n_appends

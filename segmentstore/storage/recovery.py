@@ -148,7 +148,7 @@ def _load_checkpoint(
     first = next((i for i in infos if i.header_ok), None)
     if first is not None and first.first_seq > 1:
         why = f"its oldest log file {first.path.name} starts at record {first.first_seq}"
-    elif first is None and chunks.dir.is_dir() and chunks.list_files():
+    elif not infos and chunks.dir.is_dir() and chunks.list_files():
         why = "chunk files exist but no log file does"
     else:
         return None

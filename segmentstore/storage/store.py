@@ -33,6 +33,7 @@ from .api import (
 )
 from .container import CommitHook, SegmentContainer
 from .crc import log_implementation
+from .pending import PendingBytes
 from .wal import FaultHook, fsync_dir
 
 log = logging.getLogger("segmentstore.storage")
@@ -84,8 +85,9 @@ class SegmentStore:
             raise
         t0 = time.perf_counter()
         budget = max(1, config.read_cache_bytes // config.container_count)
+        pending = PendingBytes(config.max_pending_bytes)
         containers = [
-            SegmentContainer(i, data_dir / f"container-{i:04d}", config, budget)
+            SegmentContainer(i, data_dir / f"container-{i:04d}", config, budget, pending)
             for i in range(config.container_count)
         ]
         started: list[SegmentContainer] = []
@@ -224,6 +226,17 @@ class SegmentStore:
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
         await self._route(name).update_attributes(name, updates)
 
+    @property
+    def pending_bytes(self) -> int:
+        """Payload bytes accepted and not yet durable, store-wide (bounded by
+        ``StoreConfig.max_pending_bytes``; past it appends fail with StoreOverloaded)."""
+        return self._containers[0]._pending_bytes.used
+
+    async def wait_for_room(self) -> None:
+        """Wait until the store-wide pending bytes are below their limit (callers that
+        would rather wait than get StoreOverloaded call this before appending)."""
+        await self._containers[0]._pending_bytes.wait_for_room()
+
     # ------------------------------------------------------------------ metrics
 
     def stats(self) -> dict[str, float]:
@@ -236,6 +249,7 @@ class SegmentStore:
                         out[key] = max(out.get(key, 0.0), value)
                     else:
                         out[key] = out.get(key, 0.0) + value
+        out["pending_bytes"] = float(self.pending_bytes)
         out["recovery_seconds"] = self.recovery_seconds
         out["containers"] = float(self._count)
         return out
