@@ -17,27 +17,21 @@
 # * The storage writer (``_flush``) copies committed data from the read cache into chunk
 #   files off the loop; the checkpointer snapshots metadata at a durable sequence number S,
 #   flushes and fsyncs the chunk files, writes the checkpoint, and only then deletes log
-#   files holding nothing after S and chunk files made garbage by records up to S.
-from __future__ import annotations
+#   files holding nothing after S and chunk files made garbage by records up to S.from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from segmentstore_client.protocol.names import encode_name
 
-from . import checkpoint as ckpt_mod
 from . import records as R
 from .api import (
     ATTRIBUTE_SEGMENT_TYPE,
-    EVENT_COUNT,
-    NULL_ATTRIBUTE_VALUE,
     SEGMENT_TYPE_TRANSIENT,
     AppendResult,
     AppendTooLarge,
@@ -55,124 +49,40 @@ from .api import (
     SegmentTruncated,
     StorageError,
     StorageUnavailable,
-    StoreConfig,
     StoreOverloaded,
 )
 from .chunk_sums import ChunkDamaged
-from .chunks import ALIGN, ChunkId, ChunkStore
-from .crc import crc32c, crc32c_extend
+from .commit import CommitLoop
+from .container_state import (
+    _APPEND_HEAD_PACK,
+    _CRC_PACK,
+    _EC,
+    _I64_MAX,
+    _I64_MIN,
+    _MAX_DISK_READ,
+    _NULL,
+    _U32_MAX,
+    _WRITEV_MIN,
+    K_APPEND,
+    K_ATTRS,
+    K_CREATE,
+    K_DELETE,
+    K_DUP,
+    K_MERGE,
+    K_SEAL,
+    K_TRUNCATE,
+    _crc,
+    _crc_extend,
+    _set_result,
+)
 from .metadata import SegmentMeta
-from .pending import PendingBytes
-from .read_cache import FREEZE, OWN_BLOCK, ReadCache
 from .recovery import recover
-from .wal import FaultHook, WalWriter
+from .wal import FaultHook
 
 log = logging.getLogger("segmentstore.storage")
 
-# Kinds of queued operations (first element of each op tuple).
-K_APPEND = 0
-K_DUP = 1
-K_CREATE = 2
-K_SEAL = 3
-K_TRUNCATE = 4
-K_DELETE = 5
-K_MERGE = 6
-K_ATTRS = 7
 
-_EC = EVENT_COUNT.int
-_NULL = NULL_ATTRIBUTE_VALUE
-_I64_MIN = -(2**63)
-_I64_MAX = 2**63 - 1
-_U32_MAX = 2**32 - 1
-_MAX_DISK_READ = 8 * 1024 * 1024  # a read served from chunk files returns at most this much
-
-CommitHook = Callable[[int, float], None]
-
-# Bound once: the append path runs these for every record.
-_APPEND_HEAD_PACK = R.APPEND_HEAD.pack
-_CRC_PACK = R.CRC.pack
-_crc = crc32c
-_crc_extend = crc32c_extend
-_WRITEV_MIN = 16 * 1024  # payloads this big go to the log by writev, not copied into a buffer
-
-
-def _set_result(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-class SegmentContainer:
-    def __init__(
-        self,
-        index: int,
-        directory: Path,
-        config: StoreConfig,
-        budget: int,
-        pending: PendingBytes | None = None,
-    ) -> None:
-        self.index = index
-        # Shared by all containers of a store: bytes accepted but not yet durable.
-        self._pending_bytes = (
-            pending if pending is not None else PendingBytes(config.max_pending_bytes)
-        )
-        self.dir = directory
-        self.config = config
-        self.label = f"container {index}"
-        self._loop = asyncio.get_running_loop()
-        self._log_exec = ThreadPoolExecutor(1, thread_name_prefix=f"ss-log-{index}")
-        self._io_exec = ThreadPoolExecutor(2, thread_name_prefix=f"ss-io-{index}")
-        self._wal = WalWriter(
-            directory / "log", config.fsync, config.fsync_interval_s, config.log_file_bytes
-        )
-        self._chunks = ChunkStore(directory / "chunks", config.chunk_file_bytes, config.direct_io)
-        self._cache = ReadCache(budget)
-        self._max_append = config.max_append_bytes
-        self._max_unflushed = max(4 * config.flush_bytes, budget)
-        self.on_commit: CommitHook | None = None
-
-        self._segments: dict[str, SegmentMeta] = {}
-        self._next_seq = 1
-        self._committed_seq = 0
-        self._next_segment_id = 1
-        # Records not yet handed to the log thread: ``_parts`` (finished pieces, including big
-        # payloads kept as the caller's bytes so they are never copied) then ``_buf``.
-        self._parts: list[bytes | bytearray] = []
-        self._buf = bytearray()
-        self._batch_first_seq = 1
-        self._ops: list[tuple[Any, ...]] = []
-        self._wake: asyncio.Future[None] | None = None
-        self._closing = False
-        self._closed = False
-
-        # Storage writer and checkpoint state.
-        self._dirty: set[SegmentMeta] = set()
-        self._unflushed = 0
-        self._dirty_chunks: set[ChunkId] = set()
-        self._pending_deletes: list[tuple[int, int, int, int]] = []
-        self._flush_lock = asyncio.Lock()
-        self._flush_wake: asyncio.Future[None] | None = None
-        self._log_index_at_commit = 0
-        self._log_bytes_at_commit = 0
-        self._log_bytes_at_ckpt = 0
-
-        self.stats: dict[str, float] = {
-            "appends": 0,
-            "append_bytes": 0,
-            "duplicates": 0,
-            "batches": 0,
-            "last_batch_records": 0,
-            "last_fsync_seconds": 0.0,
-            "failed_batches": 0,
-            "flushes": 0,
-            "flushed_bytes": 0,
-            "checkpoints": 0,
-            "last_checkpoint_seconds": 0.0,
-            "recovered_records": 0,
-            "recovered_log_bytes": 0,
-        }
-        self._tasks: list[asyncio.Task[None]] = []
-        self._spare_job: asyncio.Future[None] | None = None
-
+class SegmentContainer(CommitLoop):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> float:
@@ -314,13 +224,6 @@ class SegmentContainer:
         return value
 
     # ------------------------------------------------------------------ the queue
-
-    def _kick(self) -> None:
-        wake = self._wake
-        if wake is not None:
-            self._wake = None
-            if not wake.done():
-                wake.set_result(None)
 
     def _enqueue(self, rtype: int, body: bytes, op: tuple[Any, ...]) -> None:
         seq = self._next_seq
@@ -655,427 +558,6 @@ class SegmentContainer:
                 waiters.remove(entry)
                 if not waiters:
                     seg.waiters = None
-
-    # ------------------------------------------------------------------ the log writer
-
-    async def _writer_loop(self) -> None:
-        """Group commit, pipelined: batch N+1 goes to the log thread before N is applied.
-
-        So the disk is busy while the loop applies the previous batch and completes its
-        futures. Only one batch is ever on its way to disk, and a batch is applied only
-        after every earlier one, so the committed state stays a prefix of the log.
-        """
-        loop = self._loop
-        durable: tuple[list[tuple[Any, ...]], int, int, int, float] | None = None
-        while True:
-            write: asyncio.Future[float] | None = None
-            taken: tuple[list[tuple[Any, ...]], int] | None = None
-            # Memory bound: committed data waits in the cache until it is in chunk files, so
-            # stop committing (acks wait) while too much of it is unflushed.
-            if self._ops and self._unflushed <= self._max_unflushed:
-                ops = self._ops
-                parts = self._parts
-                if self._buf:
-                    parts.append(self._buf)
-                first = self._batch_first_seq
-                self._ops = []
-                self._parts = []
-                self._buf = bytearray()
-                self._batch_first_seq = self._next_seq
-                if parts:
-                    write = loop.run_in_executor(
-                        self._log_exec, self._wal.write_batch, parts, first
-                    )
-                taken = (ops, self._next_seq - 1)
-            if durable is not None:
-                self._commit(*durable)
-                durable = None
-            if taken is None:
-                if self._ops:  # over the unflushed limit
-                    if not await self._flush():
-                        # Disk full or failing: nothing leaves memory, so nothing more may
-                        # come in. Fail what waits (retriable) rather than grow without bound.
-                        self._fail_all([], "cannot write chunk files, too much data in memory")
-                        await asyncio.sleep(0.05)
-                elif self._closing:
-                    return
-                else:
-                    self._wake = loop.create_future()
-                    await self._wake
-                    self._wake = None
-                continue
-            ops, last = taken
-            sync_s = 0.0
-            if write is None:  # only duplicates waiting for earlier records
-                last = self._committed_seq
-            else:
-                try:
-                    sync_s = await write
-                except Exception as exc:
-                    if not isinstance(exc, OSError):
-                        log.exception("%s: unexpected error writing the log", self.label)
-                    self._fail_all(ops, f"log write failed: {exc}")
-                    continue
-            # Read now, while the log thread is idle: consistent with ``last``.
-            durable = (ops, last, self._wal.current_index, self._wal.bytes_written, sync_s)
-
-    def _commit(
-        self,
-        ops: list[tuple[Any, ...]],
-        last: int,
-        log_index: int,
-        log_bytes: int,
-        sync_s: float,
-    ) -> None:
-        """A batch is durable: make it visible and complete its futures."""
-        self._committed_seq = last
-        self._log_index_at_commit = log_index
-        self._log_bytes_at_commit = log_bytes
-        self._apply(ops)
-        stats = self.stats
-        stats["batches"] += 1
-        stats["last_batch_records"] = len(ops)
-        stats["last_fsync_seconds"] = sync_s
-        hook = self.on_commit
-        if hook is not None:
-            hook(len(ops), sync_s)
-        if self._spare_job is None and self._wal.spare_wanted:
-            self._spare_job = self._loop.run_in_executor(self._io_exec, self._wal.prepare_spare)
-            self._spare_job.add_done_callback(self._spare_done)
-        if (
-            self._unflushed >= self.config.flush_bytes
-            # Over budget, only flushing lets the cache evict; but not for every batch.
-            or (self._cache.over_budget() and self._unflushed >= self.config.flush_bytes // 4)
-            or (
-                self._log_bytes_at_commit - self._log_bytes_at_ckpt
-                >= self.config.checkpoint_log_bytes
-            )
-        ):
-            self._kick_flush()
-
-    def _spare_done(self, job: asyncio.Future[None]) -> None:
-        self._spare_job = None
-        if not job.cancelled() and job.exception() is not None:
-            log.warning("%s: could not preallocate a log file: %s", self.label, job.exception())
-
-    def _fail_all(self, ops: list[tuple[Any, ...]], reason: str) -> None:
-        """The batch ``ops`` did not reach the disk: fail it and everything queued after it."""
-        failed = ops + self._ops
-        self._ops = []
-        self._parts = []
-        self._buf = bytearray()
-        self._next_seq = self._batch_first_seq = self._committed_seq + 1
-        self.stats["failed_batches"] += 1
-        log.error("%s: %s; failing %d operations", self.label, reason, len(failed))
-        touched: dict[int, SegmentMeta] = {}
-        released = 0
-        for op in failed:
-            if op[0] == K_APPEND or op[0] == K_MERGE:
-                released += len(op[2] if op[0] == K_APPEND else op[4])
-            seg: SegmentMeta = op[1]
-            touched[id(seg)] = seg
-            if op[0] == K_MERGE:
-                touched[id(op[3])] = op[3]
-            fut: asyncio.Future[Any] = op[2] if op[0] != K_APPEND else op[4]
-            if not fut.done():
-                fut.set_exception(StorageUnavailable(seg.name, reason))
-        self._pending_bytes.release(released)
-        segs = list(touched.values())
-        for seg in segs:
-            if not seg.created and self._segments.get(seg.name) is seg:
-                del self._segments[seg.name]
-        for seg in segs:
-            seg.reset_pending()
-            if seg.created and not seg.deleted and seg.name not in self._segments:
-                self._segments[seg.name] = seg
-
-    def _apply(self, ops: list[tuple[Any, ...]]) -> None:
-        """Make a durable batch visible, in log order, and complete its futures."""
-        now_ms = int(time.time() * 1000)
-        cache_add = self._cache.add
-        dirty = self._dirty
-        appended = 0
-        cached = 0
-        n_appends = 0
-        for op in ops:
-            kind = op[0]
-            if kind == K_APPEND:
-                _, seg, data, end, fut, wid, event_number, event_count = op
-                n = len(data)
-                if n:
-                    cache = seg.cache
-                    if cache is None or n >= OWN_BLOCK:
-                        cache_add(seg, data, end - n)
-                    else:
-                        # SegmentCache.add's small-append case, inlined: it runs per append.
-                        tail = cache.tail
-                        tail += data
-                        cache.end = end
-                        cached += n
-                        if len(tail) >= FREEZE:
-                            cache.freeze_tail()
-                    appended += n
-                    dirty.add(seg)
-                seg.length = end
-                n_appends += 1
-                if wid is not None:
-                    attrs = seg.attrs
-                    if attrs is None:
-                        seg.attrs = {wid: event_number}
-                    else:
-                        attrs[wid] = event_number
-                if event_count:
-                    ec = seg.ec
-                    seg.ec = event_count if ec is None else ec + event_count
-                seg.last_modified_ms = now_ms
-                seg.inflight -= 1
-                if seg.inflight <= 0:
-                    seg.inflight = 0
-                    seg.p_attrs = None
-                if seg.waiters is not None:
-                    seg.wake_waiters(False)
-                if not fut.done():
-                    fut.set_result(AppendResult(end))
-            elif kind == K_DUP:
-                _, seg, fut = op
-                if not fut.done():
-                    fut.set_result(AppendResult(seg.length, True))
-            else:
-                appended += self._apply_other(op, now_ms)
-        self._unflushed += appended
-        self._pending_bytes.release(appended)
-        self._cache.size += cached
-        stats = self.stats
-        stats["appends"] += n_appends
-        stats["append_bytes"] += appended
-
-    def _apply_other(self, op: tuple[Any, ...], now_ms: int) -> int:
-        kind = op[0]
-        seg: SegmentMeta = op[1]
-        fut: asyncio.Future[Any] = op[2]
-        seg.last_modified_ms = now_ms
-        seg.op_committed()
-        result: Any = None
-        added = 0
-        if kind == K_CREATE:
-            seg.created = True
-            seg.load_attrs(op[3])
-        elif kind == K_SEAL:
-            seg.sealed = True
-            seg.wake_waiters(True)
-            result = seg.length
-        elif kind == K_TRUNCATE:
-            offset, seq = op[3], op[4]
-            if offset > seg.start_offset:
-                seg.start_offset = offset
-                self._pending_deletes.append(
-                    (seq, seg.id, 0, offset // self._chunks.chunk_bytes - 1)
-                )
-                cache = seg.cache
-                if cache is not None:
-                    self._cache.size -= cache.evict_below(min(offset, seg.flushed))
-                    if cache.size == 0:
-                        self._cache.drop(seg)
-        elif kind == K_DELETE:
-            self._delete_committed(seg, op[3])
-        elif kind == K_MERGE:
-            _, t, _, s, data, delta, end, seq = op
-            n = len(data)
-            if n:
-                self._cache.add(t, data, end - n)
-                self._dirty.add(t)
-                added = n
-            t.length = end
-            if delta:
-                t.ec = (t.ec or 0) + delta
-            if t.waiters is not None:
-                t.wake_waiters(False)
-            s.last_modified_ms = now_ms
-            s.op_committed()
-            self._delete_committed(s, seq)
-            result = end
-        elif kind == K_ATTRS:
-            for key, value in op[3].items():
-                seg.set_attr(key, value)
-        if not fut.done():
-            fut.set_result(result)
-        return added
-
-    def _delete_committed(self, seg: SegmentMeta, seq: int) -> None:
-        seg.deleted = True
-        if self._segments.get(seg.name) is seg:
-            del self._segments[seg.name]
-        self._cache.drop(seg)
-        self._dirty.discard(seg)
-        self._unflushed -= seg.length - seg.flushed
-        seg.flushed = seg.length
-        if seg.length:
-            self._pending_deletes.append(
-                (seq, seg.id, 0, (seg.length - 1) // self._chunks.chunk_bytes)
-            )
-        seg.wake_waiters(True)
-
-    async def _interval_sync_loop(self) -> None:
-        interval = self.config.fsync_interval_s
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self._loop.run_in_executor(self._log_exec, self._wal.sync)
-            except OSError as exc:
-                log.error("%s: periodic log fsync failed: %s", self.label, exc)
-
-    # ------------------------------------------------------------------ storage writer
-
-    def _kick_flush(self) -> None:
-        wake = self._flush_wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-    async def _storage_loop(self) -> None:
-        loop = self._loop
-        interval = self.config.flush_interval_s
-        while not self._closing:
-            self._flush_wake = loop.create_future()
-            handle = loop.call_later(interval, _set_result, self._flush_wake)
-            try:
-                await self._flush_wake
-            finally:
-                handle.cancel()
-                self._flush_wake = None
-            if self._closing:
-                return
-            try:
-                await self._flush()
-                if (
-                    self._log_bytes_at_commit - self._log_bytes_at_ckpt
-                    >= self.config.checkpoint_log_bytes
-                ):
-                    await self._checkpoint()
-            except Exception:
-                log.exception("%s: storage writer pass failed", self.label)
-
-    async def _flush(self) -> bool:
-        async with self._flush_lock:
-            return await self._flush_locked()
-
-    async def _flush_locked(self) -> bool:
-        """Copy committed data of dirty segments into chunk files; False if I/O failed."""
-        segs = list(self._dirty)
-        self._dirty.clear()
-        jobs: list[tuple[SegmentMeta, int, int, list[bytes | memoryview]]] = []
-        direct = self._chunks.direct
-        for seg in segs:
-            start, end = seg.flushed, seg.length
-            if seg.deleted or end <= start or seg.damaged is not None:
-                continue
-            cache = seg.cache
-            assert cache is not None and cache.start <= start
-            if direct and cache.start <= start - start % ALIGN:
-                # Direct writes cover whole blocks: hand over the block's flushed head too,
-                # so the chunk store need not read it back from the file.
-                start -= start % ALIGN
-            jobs.append((seg, start, end, cache.pieces(start, end)))
-        if not jobs:
-            return True
-        work = [(seg.id, start, pieces) for seg, start, _, pieces in jobs]
-        try:
-            touched = await self._loop.run_in_executor(self._io_exec, self._write_chunks, work)
-        except OSError as exc:
-            log.error("%s: writing chunk files failed: %s", self.label, exc)
-            self._dirty.update(seg for seg, _, _, _ in jobs if not seg.deleted)
-            return False
-        self._dirty_chunks |= touched
-        written = 0
-        for seg, _, end, _ in jobs:
-            if end > seg.flushed:
-                self._unflushed -= end - seg.flushed
-                written += end - seg.flushed
-                seg.flushed = end
-        self.stats["flushes"] += 1
-        self.stats["flushed_bytes"] += written
-        self._cache.evict()
-        return True
-
-    def _write_chunks(self, work: list[tuple[int, int, list[bytes | memoryview]]]) -> set[ChunkId]:
-        touched: set[ChunkId] = set()
-        for seg_id, offset, pieces in work:
-            touched |= self._chunks.write(seg_id, offset, pieces)
-        return touched
-
-    async def _checkpoint(self) -> bool:
-        """Checkpoint metadata at the last durable record; then drop what it makes garbage."""
-        async with self._flush_lock:
-            t0 = time.perf_counter()
-            seq = self._committed_seq
-            log_index = self._log_index_at_commit
-            log_bytes = self._log_bytes_at_commit
-            snapshot = [
-                ckpt_mod.SegmentRecord(
-                    s.id,
-                    s.name,
-                    s.segment_type,
-                    s.sealed,
-                    s.length,
-                    s.start_offset,
-                    s.last_modified_ms,
-                    s.all_attrs(),
-                )
-                for s in self._segments.values()
-                if s.created and not s.deleted
-            ]
-            segs = [s for s in self._segments.values() if s.created and not s.deleted]
-            ckpt = ckpt_mod.Checkpoint(seq, self._next_segment_id, snapshot)
-            if not await self._flush_locked():
-                return False
-            for seg, rec in zip(segs, snapshot, strict=True):
-                if seg.flushed < rec.length and not seg.deleted and seg.damaged is None:
-                    log.error("%s: checkpoint skipped, %s not flushed", self.label, seg.name)
-                    return False
-            dirty = self._dirty_chunks
-            self._dirty_chunks = set()
-            try:
-                await self._loop.run_in_executor(self._io_exec, self._write_checkpoint, dirty, ckpt)
-            except OSError as exc:
-                self._dirty_chunks |= dirty
-                log.error("%s: checkpoint failed: %s", self.label, exc)
-                return False
-            self._log_bytes_at_ckpt = log_bytes
-            deletes = [d for d in self._pending_deletes if d[0] <= seq]
-            self._pending_deletes = [d for d in self._pending_deletes if d[0] > seq]
-            try:
-                removed = await self._loop.run_in_executor(
-                    self._log_exec, self._wal.delete_files_before, log_index
-                )
-                await self._loop.run_in_executor(self._io_exec, self._delete_chunks, deletes)
-            except OSError as exc:
-                # Harmless leftovers: recovery skips old log files and deletes stray chunks.
-                log.warning("%s: cleanup after checkpoint failed: %s", self.label, exc)
-                removed = 0
-            seconds = time.perf_counter() - t0
-            self.stats["checkpoints"] += 1
-            self.stats["last_checkpoint_seconds"] = seconds
-            log.debug(
-                "%s: checkpoint at record %d (%d segments) in %.3f s; %d log files removed",
-                self.label,
-                seq,
-                len(snapshot),
-                seconds,
-                removed,
-            )
-            return True
-
-    def _write_checkpoint(self, dirty: set[ChunkId], ckpt: ckpt_mod.Checkpoint) -> None:
-        self._chunks.sync(dirty)
-        self._hook_checkpoint()
-        ckpt_mod.write(self.dir, ckpt)
-
-    def _hook_checkpoint(self) -> None:
-        if self._chunks.fault is not None:
-            self._chunks.fault("checkpoint.write")
-
-    def _delete_chunks(self, deletes: list[tuple[int, int, int, int]]) -> None:
-        for _, seg_id, first, last in deletes:
-            self._chunks.delete(seg_id, first, last)
 
     # ------------------------------------------------------------------ stats
 

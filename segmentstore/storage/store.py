@@ -31,7 +31,8 @@ from .api import (
     StorageError,
     StoreConfig,
 )
-from .container import CommitHook, SegmentContainer
+from .container import SegmentContainer
+from .container_state import CommitHook
 from .crc import log_implementation
 from .pending import PendingBytes
 from .wal import FaultHook, fsync_dir
