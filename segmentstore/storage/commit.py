@@ -19,17 +19,8 @@ from .api import (
     AppendResult,
     StorageUnavailable,
 )
-from .container_state import (
-    K_APPEND,
-    K_ATTRS,
-    K_CREATE,
-    K_DELETE,
-    K_DUP,
-    K_MERGE,
-    K_SEAL,
-    K_TRUNCATE,
-)
 from .metadata import SegmentMeta
+from .operations import Duplicate, Merge, Queued
 from .read_cache import FREEZE, OWN_BLOCK
 from .storage_writer import StorageWriter
 
@@ -45,10 +36,10 @@ class CommitLoop(StorageWriter):
         after every earlier one, so the committed state stays a prefix of the log.
         """
         loop = self._loop
-        durable: tuple[list[tuple[Any, ...]], int, int, int, float] | None = None
+        durable: tuple[list[Queued], int, int, int, float] | None = None
         while True:
             write: asyncio.Future[float] | None = None
-            taken: tuple[list[tuple[Any, ...]], int] | None = None
+            taken: tuple[list[Queued], int] | None = None
             # Memory bound: committed data waits in the cache until it is in chunk files, so
             # stop committing (acks wait) while too much of it is unflushed.
             if self._ops and self._unflushed <= self._max_unflushed:
@@ -100,7 +91,7 @@ class CommitLoop(StorageWriter):
 
     def _commit(
         self,
-        ops: list[tuple[Any, ...]],
+        ops: list[Queued],
         last: int,
         log_index: int,
         log_bytes: int,
@@ -137,7 +128,7 @@ class CommitLoop(StorageWriter):
         if not job.cancelled() and job.exception() is not None:
             log.warning("%s: could not preallocate a log file: %s", self.label, job.exception())
 
-    def _fail_all(self, ops: list[tuple[Any, ...]], reason: str) -> None:
+    def _fail_all(self, ops: list[Queued], reason: str) -> None:
         """The batch ``ops`` did not reach the disk: fail it and everything queued after it."""
         failed = ops + self._ops
         self._ops = []
@@ -149,14 +140,18 @@ class CommitLoop(StorageWriter):
         touched: dict[int, SegmentMeta] = {}
         released = 0
         for op in failed:
-            if op[0] == K_APPEND or op[0] == K_MERGE:
-                released += len(op[2] if op[0] == K_APPEND else op[4])
-            seg: SegmentMeta = op[1]
+            fut: asyncio.Future[Any] | None
+            if type(op) is tuple:
+                seg, data, _, fut, _, _, _ = op
+                released += len(data)
+            else:
+                assert not isinstance(op, tuple)
+                seg, fut = op.seg, op.fut
+                if isinstance(op, Merge):
+                    released += len(op.data)
+                    touched[id(op.source)] = op.source
             touched[id(seg)] = seg
-            if op[0] == K_MERGE:
-                touched[id(op[3])] = op[3]
-            fut: asyncio.Future[Any] = op[2] if op[0] != K_APPEND else op[4]
-            if not fut.done():
+            if fut is not None and not fut.done():
                 fut.set_exception(StorageUnavailable(seg.name, reason))
         self._pending_bytes.release(released)
         segs = list(touched.values())
@@ -168,18 +163,23 @@ class CommitLoop(StorageWriter):
             if seg.created and not seg.deleted and seg.name not in self._segments:
                 self._segments[seg.name] = seg
 
-    def _apply(self, ops: list[tuple[Any, ...]]) -> None:
-        """Make a durable batch visible, in log order, and complete its futures."""
+    def _apply(self, ops: list[Queued]) -> None:
+        """Make a durable batch visible, in log order, and complete its futures.
+
+        Appends (tuples) inline ``operations.apply_append`` plus the read cache's
+        small-append case: this loop runs per append. Everything else is ``op.apply``,
+        the same rules recovery replays, with this container as its ``Effects``.
+        """
         now_ms = int(time.time() * 1000)
         cache_add = self._cache.add
         dirty = self._dirty
         appended = 0
         cached = 0
         n_appends = 0
+        self._merged = 0
         for op in ops:
-            kind = op[0]
-            if kind == K_APPEND:
-                _, seg, data, end, fut, wid, event_number, event_count = op
+            if type(op) is tuple:
+                seg, data, end, fut, wid, event_number, event_count = op
                 n = len(data)
                 if n:
                     cache = seg.cache
@@ -200,9 +200,9 @@ class CommitLoop(StorageWriter):
                 if wid is not None:
                     attrs = seg.attrs
                     if attrs is None:
-                        seg.attrs = {wid: event_number}
+                        seg.attrs = {wid: event_number}  # type: ignore[dict-item]
                     else:
-                        attrs[wid] = event_number
+                        attrs[wid] = event_number  # type: ignore[assignment]
                 if event_count:
                     ec = seg.ec
                     seg.ec = event_count if ec is None else ec + event_count
@@ -215,12 +215,19 @@ class CommitLoop(StorageWriter):
                     seg.wake_waiters(False)
                 if not fut.done():
                     fut.set_result(AppendResult(end))
-            elif kind == K_DUP:
-                _, seg, fut = op
-                if not fut.done():
-                    fut.set_result(AppendResult(seg.length, True))
+            elif type(op) is Duplicate:
+                if not op.fut.done():
+                    op.fut.set_result(AppendResult(op.seg.length, True))
             else:
-                appended += self._apply_other(op, now_ms)
+                assert not isinstance(op, tuple | Duplicate)
+                op.seg.op_committed()
+                if isinstance(op, Merge):
+                    op.source.op_committed()
+                result = op.apply(now_ms, self)
+                fut2 = op.fut
+                if fut2 is not None and not fut2.done():
+                    fut2.set_result(result)
+        appended += self._merged
         self._unflushed += appended
         self._pending_bytes.release(appended)
         self._cache.size += cached
@@ -228,71 +235,38 @@ class CommitLoop(StorageWriter):
         stats["appends"] += n_appends
         stats["append_bytes"] += appended
 
-    def _apply_other(self, op: tuple[Any, ...], now_ms: int) -> int:
-        kind = op[0]
-        seg: SegmentMeta = op[1]
-        fut: asyncio.Future[Any] = op[2]
-        seg.last_modified_ms = now_ms
-        seg.op_committed()
-        result: Any = None
-        added = 0
-        if kind == K_CREATE:
-            seg.created = True
-            seg.load_attrs(op[3])
-        elif kind == K_SEAL:
-            seg.sealed = True
-            seg.wake_waiters(True)
-            result = seg.length
-        elif kind == K_TRUNCATE:
-            offset, seq = op[3], op[4]
-            if offset > seg.start_offset:
-                seg.start_offset = offset
-                self._pending_deletes.append(
-                    (seq, seg.id, 0, offset // self._chunks.chunk_bytes - 1)
-                )
-                cache = seg.cache
-                if cache is not None:
-                    self._cache.size -= cache.evict_below(min(offset, seg.flushed))
-                    if cache.size == 0:
-                        self._cache.drop(seg)
-        elif kind == K_DELETE:
-            self._delete_committed(seg, op[3])
-        elif kind == K_MERGE:
-            _, t, _, s, data, delta, end, seq = op
-            n = len(data)
-            if n:
-                self._cache.add(t, data, end - n)
-                self._dirty.add(t)
-                added = n
-            t.length = end
-            if delta:
-                t.ec = (t.ec or 0) + delta
-            if t.waiters is not None:
-                t.wake_waiters(False)
-            s.last_modified_ms = now_ms
-            s.op_committed()
-            self._delete_committed(s, seq)
-            result = end
-        elif kind == K_ATTRS:
-            for key, value in op[3].items():
-                seg.set_attr(key, value)
-        if not fut.done():
-            fut.set_result(result)
-        return added
+    # ------------------------------------------------------------------ operations.Effects
 
-    def _delete_committed(self, seg: SegmentMeta, seq: int) -> None:
-        seg.deleted = True
+    @property
+    def chunk_bytes(self) -> int:
+        return self._chunks.chunk_bytes
+
+    def on_data(self, seg: SegmentMeta, offset: int, data: bytes | memoryview) -> None:
+        self._cache.add(seg, bytes(data), offset)
+        self._dirty.add(seg)
+        self._merged += len(data)
+
+    def on_garbage(self, seq: int, seg_id: int, first_chunk: int, last_chunk: int) -> None:
+        self._pending_deletes.append((seq, seg_id, first_chunk, last_chunk))
+
+    def on_truncated(self, seg: SegmentMeta, offset: int) -> None:
+        cache = seg.cache
+        if cache is not None:
+            self._cache.size -= cache.evict_below(min(offset, seg.flushed))
+            if cache.size == 0:
+                self._cache.drop(seg)
+
+    def on_deleted(self, seg: SegmentMeta) -> None:
         if self._segments.get(seg.name) is seg:
             del self._segments[seg.name]
         self._cache.drop(seg)
         self._dirty.discard(seg)
         self._unflushed -= seg.length - seg.flushed
         seg.flushed = seg.length
-        if seg.length:
-            self._pending_deletes.append(
-                (seq, seg.id, 0, (seg.length - 1) // self._chunks.chunk_bytes)
-            )
-        seg.wake_waiters(True)
+
+    def on_woken(self, seg: SegmentMeta, everyone: bool) -> None:
+        if seg.waiters is not None:
+            seg.wake_waiters(everyone)
 
     async def _interval_sync_loop(self) -> None:
         interval = self.config.fsync_interval_s

@@ -25,9 +25,6 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from segmentstore_client.protocol.names import encode_name
 
 from . import records as R
 from .api import (
@@ -63,19 +60,21 @@ from .container_state import (
     _NULL,
     _U32_MAX,
     _WRITEV_MIN,
-    K_APPEND,
-    K_ATTRS,
-    K_CREATE,
-    K_DELETE,
-    K_DUP,
-    K_MERGE,
-    K_SEAL,
-    K_TRUNCATE,
     _crc,
     _crc_extend,
     _set_result,
 )
 from .metadata import SegmentMeta
+from .operations import (
+    Create,
+    Delete,
+    Duplicate,
+    Merge,
+    Operation,
+    Seal,
+    Truncate,
+    UpdateAttributes,
+)
 from .recovery import recover
 from .wal import FaultHook
 
@@ -225,10 +224,11 @@ class SegmentContainer(CommitLoop):
 
     # ------------------------------------------------------------------ the queue
 
-    def _enqueue(self, rtype: int, body: bytes, op: tuple[Any, ...]) -> None:
-        seq = self._next_seq
+    def _enqueue(self, op: Operation) -> None:
+        """Give ``op`` the next sequence number and queue its record for the commit loop."""
+        seq = op.seq = self._next_seq
         self._next_seq = seq + 1
-        self._buf += R.encode(seq, rtype, body)
+        self._buf += R.encode(seq, op.RTYPE, op.body())
         self._ops.append(op)
         self._kick()
 
@@ -266,7 +266,7 @@ class SegmentContainer(CommitLoop):
                 self.stats["duplicates"] += 1
                 if seg.inflight:
                     # The original may still be on its way to disk: answer after it.
-                    self._ops.append((K_DUP, seg, fut))
+                    self._ops.append(Duplicate(seg, fut))
                     self._kick()
                 else:
                     fut.set_result(AppendResult(seg.length, True))
@@ -317,7 +317,7 @@ class SegmentContainer(CommitLoop):
         seg.p_ec += event_count
         seg.p_length = offset + n
         seg.inflight += 1
-        self._ops.append((K_APPEND, seg, data, offset + n, fut, wid, event_number, event_count))
+        self._ops.append((seg, data, offset + n, fut, wid, event_number, event_count))
         wake = self._wake
         if wake is not None:
             self._wake = None
@@ -346,10 +346,8 @@ class SegmentContainer(CommitLoop):
         seg.inflight = 1
         seg.p_ec = attrs.get(_EC, 0)
         seg.p_attrs = {k: v for k, v in attrs.items() if k != _EC} or None
-        encoded = encode_name(name)
-        body = R.CREATE_BODY.pack(seg_id, segment_type, len(encoded)) + encoded
         fut: asyncio.Future[None] = self._loop.create_future()
-        self._enqueue(R.CREATE, body + R.encode_attrs(attrs), (K_CREATE, seg, fut, attrs))
+        self._enqueue(Create(seg, attrs, fut=fut))
         await fut
 
     async def seal(self, name: str) -> int:
@@ -359,7 +357,7 @@ class SegmentContainer(CommitLoop):
         seg.p_sealed = True
         seg.inflight += 1
         fut: asyncio.Future[int] = self._loop.create_future()
-        self._enqueue(R.SEAL, R.SEG.pack(seg.id), (K_SEAL, seg, fut))
+        self._enqueue(Seal(seg, fut=fut))
         return await fut
 
     async def truncate(self, name: str, offset: int) -> None:
@@ -373,10 +371,7 @@ class SegmentContainer(CommitLoop):
         seg.p_start = offset
         seg.inflight += 1
         fut: asyncio.Future[None] = self._loop.create_future()
-        seq = self._next_seq
-        self._enqueue(
-            R.TRUNCATE, R.SEG_OFFSET.pack(seg.id, offset), (K_TRUNCATE, seg, fut, offset, seq)
-        )
+        self._enqueue(Truncate(seg, offset, fut=fut))
         await fut
 
     async def delete(self, name: str) -> None:
@@ -384,8 +379,7 @@ class SegmentContainer(CommitLoop):
         seg.p_deleted = True
         seg.inflight += 1
         fut: asyncio.Future[None] = self._loop.create_future()
-        seq = self._next_seq
-        self._enqueue(R.DELETE, R.SEG.pack(seg.id), (K_DELETE, seg, fut, seq))
+        self._enqueue(Delete(seg, fut=fut))
         await fut
 
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
@@ -430,8 +424,7 @@ class SegmentContainer(CommitLoop):
             seg.set_pending_attr(key, value)
         seg.inflight += 1
         fut: asyncio.Future[None] = self._loop.create_future()
-        body = R.SEG.pack(seg.id) + R.encode_attrs(values)
-        self._enqueue(R.ATTRS, body, (K_ATTRS, seg, fut, values))
+        self._enqueue(UpdateAttributes(seg, values, fut=fut))
         await fut
 
     async def merge(self, target: str, source: str) -> int:
@@ -473,9 +466,7 @@ class SegmentContainer(CommitLoop):
         t.inflight += 1
         s.inflight += 1
         fut: asyncio.Future[int] = self._loop.create_future()
-        seq = self._next_seq
-        body = R.MERGE_BODY.pack(t.id, s.id, offset, delta) + data
-        self._enqueue(R.MERGE, body, (K_MERGE, t, fut, s, data, delta, end, seq))
+        self._enqueue(Merge(t, s, offset, data, delta, fut=fut))
         return await fut
 
     # ------------------------------------------------------------------ reads

@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from . import records as R
 from .api import (
@@ -23,21 +22,12 @@ from .api import (
 from .chunks import ChunkId, ChunkStore
 from .crc import crc32c, crc32c_extend
 from .metadata import SegmentMeta
+from .operations import Queued
 from .pending import PendingBytes
 from .read_cache import ReadCache
 from .wal import WalWriter
 
 log = logging.getLogger("segmentstore.storage")
-
-# Kinds of queued operations (first element of each op tuple).
-K_APPEND = 0
-K_DUP = 1
-K_CREATE = 2
-K_SEAL = 3
-K_TRUNCATE = 4
-K_DELETE = 5
-K_MERGE = 6
-K_ATTRS = 7
 
 _EC = EVENT_COUNT.int
 _NULL = NULL_ATTRIBUTE_VALUE
@@ -99,7 +89,8 @@ class ContainerState:
         self._parts: list[bytes | bytearray] = []
         self._buf = bytearray()
         self._batch_first_seq = 1
-        self._ops: list[tuple[Any, ...]] = []
+        self._ops: list[Queued] = []
+        self._merged = 0  # bytes merged in the batch being applied (commit.py)
         self._wake: asyncio.Future[None] | None = None
         self._closing = False
         self._closed = False

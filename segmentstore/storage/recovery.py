@@ -23,8 +23,6 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from segmentstore_client.protocol.names import decode_name
-
 from . import records as R
 from .api import EVENT_COUNT, FsyncMode, StoreCorrupted
 from .checkpoint import Checkpoint, load_newest
@@ -33,6 +31,8 @@ from .chunks import ChunkId, ChunkStore
 from .crc import crc32c
 from .damage import LogDamage, file_holds_records, later_record
 from .metadata import SegmentMeta
+from .operations import apply_append
+from .operations import decode as decode_operation
 from .wal import HEADER_SIZE, LogFileInfo, list_log_files
 
 log = logging.getLogger("segmentstore.storage")
@@ -405,7 +405,6 @@ def _replay_file(
     data_w = head_size  # data of an APPEND_W starts right after its head
     append_body_size = R.APPEND_BODY.size
     data_a = prefix_size + append_body_size
-    cb = buf.chunks.chunk_bytes
     min_size = R.SEQ_TYPE_SIZE
     t_append_w = R.APPEND_W
     t_append = R.APPEND
@@ -480,7 +479,7 @@ def _replay_file(
             # Not an append (or one too short for its body, on which _apply raises as the
             # unpacking of a short record always did).
             _close_slots(slots)
-            _apply(rec, by_id, buf, cb, seq, rtype, mm[start + 4 : rec_end], mtime_ms)
+            _apply(rec, by_id, buf, seq, rtype, mm[start + 4 : rec_end], mtime_ms)
         if pos >= check_at:
             _close_slots(slots)
             buf.size = _pending_size(pending)
@@ -496,23 +495,50 @@ def _replay_file(
     return scan
 
 
+class _ReplayEffects:
+    """``operations.Effects`` for recovery: data goes to the chunk buffer."""
+
+    __slots__ = ("buf", "chunk_bytes", "rec")
+
+    def __init__(self, rec: Recovered, buf: _ChunkBuffer) -> None:
+        self.rec = rec
+        self.buf = buf
+        self.chunk_bytes = buf.chunks.chunk_bytes
+
+    def on_data(self, seg: SegmentMeta, offset: int, data: bytes | memoryview) -> None:
+        self.buf.add(seg.id, offset, memoryview(data))
+
+    def on_garbage(self, seq: int, seg_id: int, first_chunk: int, last_chunk: int) -> None:
+        self.rec.pending_deletes.append((seq, seg_id, first_chunk, last_chunk))
+
+    def on_truncated(self, seg: SegmentMeta, offset: int) -> None:
+        pass
+
+    def on_deleted(self, seg: SegmentMeta) -> None:
+        self.buf.drop(seg.id)
+
+    def on_woken(self, seg: SegmentMeta, everyone: bool) -> None:
+        pass
+
+
 def _apply(
     rec: Recovered,
     by_id: dict[int, SegmentMeta],
     buf: _ChunkBuffer,
-    cb: int,
     seq: int,
     rtype: int,
     record: bytes,
     mtime_ms: int,
 ) -> None:
+    """Replay one record through the rules the live engine applied (operations.py)."""
+    fx = _ReplayEffects(rec, buf)
     body = 4 + R.SEQ_TYPE_SIZE  # size field + seq + type precede the body in ``record``
     if rtype == R.APPEND or rtype == R.APPEND_W:
+        writer = None
+        event_number = 0
         if rtype == R.APPEND:
             seg_id, offset, count = R.APPEND_BODY.unpack_from(record, body)
             data_at = body + R.APPEND_BODY.size
-            writer = None
-            event_number = 0
         else:
             seg_id, offset, count, wbytes, event_number = R.APPEND_W_BODY.unpack_from(record, body)
             data_at = body + R.APPEND_W_BODY.size
@@ -522,66 +548,13 @@ def _apply(
             _inconsistent(rec, seq, f"append to segment {seg_id} at {offset}")
             return
         data = memoryview(record)[data_at:]
-        if data:
-            buf.add(seg_id, offset, data)
-        seg.length = offset + len(data)
-        if writer is not None:
-            seg.set_attr(writer, event_number)
-        if count:
-            seg.ec = (seg.ec or 0) + count
-        seg.last_modified_ms = mtime_ms
-    elif rtype == R.CREATE:
-        seg_id, stype, name_len = R.CREATE_BODY.unpack_from(record, body)
-        pos = body + R.CREATE_BODY.size
-        name = decode_name(record[pos : pos + name_len])
-        attrs, _ = R.decode_attrs(record, pos + name_len)
-        seg = SegmentMeta(name, seg_id, stype, mtime_ms)
-        seg.created = True
-        seg.load_attrs(attrs)
-        by_id[seg_id] = seg
-    elif rtype == R.MERGE:
-        target_id, source_id, offset, delta = R.MERGE_BODY.unpack_from(record, body)
-        target = by_id.get(target_id)
-        source = by_id.get(source_id)
-        if target is None or target.deleted or offset != target.length or source is None:
-            _inconsistent(rec, seq, f"merge of {source_id} into {target_id} at {offset}")
-            return
-        data = memoryview(record)[body + R.MERGE_BODY.size :]
-        if data:
-            buf.add(target_id, offset, data)
-        target.length = offset + len(data)
-        if delta:
-            target.ec = (target.ec or 0) + delta
-        target.last_modified_ms = mtime_ms
-        _delete(rec, buf, source, seq)
-    else:
-        (seg_id,) = R.SEG.unpack_from(record, body)
-        seg = by_id.get(seg_id)
-        if seg is None or seg.deleted:
-            _inconsistent(rec, seq, f"record type {rtype} for segment {seg_id}")
-            return
-        seg.last_modified_ms = mtime_ms
-        if rtype == R.SEAL:
-            seg.sealed = True
-        elif rtype == R.TRUNCATE:
-            _, offset = R.SEG_OFFSET.unpack_from(record, body)
-            if offset > seg.start_offset:
-                seg.start_offset = offset
-                rec.pending_deletes.append((seq, seg_id, 0, offset // cb - 1))
-        elif rtype == R.DELETE:
-            _delete(rec, buf, seg, seq)
-        elif rtype == R.ATTRS:
-            values, _ = R.decode_attrs(record, body + R.SEG.size)
-            for key, value in values.items():
-                seg.set_attr(key, value)
-
-
-def _delete(rec: Recovered, buf: _ChunkBuffer, seg: SegmentMeta, seq: int) -> None:
-    seg.deleted = True
-    buf.drop(seg.id)
-    if seg.length:
-        last = (seg.length - 1) // buf.chunks.chunk_bytes
-        rec.pending_deletes.append((seq, seg.id, 0, last))
+        apply_append(seg, offset, data, writer, event_number, count, mtime_ms, fx)
+        return
+    op = decode_operation(seq, rtype, record, by_id, mtime_ms)
+    if isinstance(op, str):
+        _inconsistent(rec, seq, op)
+        return
+    op.apply(mtime_ms, fx)
 
 
 def _inconsistent(rec: Recovered, seq: int, what: str) -> None:
