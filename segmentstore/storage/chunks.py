@@ -19,8 +19,8 @@
 # the next write overwrites. So a chunk file may be longer than the data it holds; lengths
 # come from the checkpoint and the log, never from file sizes (recovery cuts files to them).
 #
-# Integrity. Every write also rewrites the per-4 KiB-block checksums of the blocks it touched
-# in the file's sidecar (chunk_sums.py), and every read from disk reads whole blocks and
+# Integrity. Every write also rewrites the per-4 KiB-block checksums of the blocks it touched,
+# kept after the data in the same file (chunk_sums.py), and every read from disk reads whole blocks and
 # verifies them before returning a byte: a missing or short file, or a block failing its
 # checksum, raises ``ChunkDamaged`` naming the file. A write that starts inside a block
 # verifies the head it reads back first, so damage is never re-summed into "good" data.
@@ -131,12 +131,13 @@ class ChunkStore:
                 lo = in_file - in_file % sums.BLOCK
                 head = os.pread(fd, in_file - lo, lo) if lo < in_file else b""
                 if head:
-                    sums.check(path, lo // sums.BLOCK, head, in_file - lo)
+                    sums.check(path, cb, lo // sums.BLOCK, head, in_file - lo)
                 sums.pwrite_all(fd, memoryview(data)[done : done + n], in_file)
             finally:
                 os.close(fd)
             block = head + data[done : done + n]
-            sums.write_entries(path, lo // sums.BLOCK, sums.block_entries(block, 0, len(block)))
+            entries = sums.block_entries(block, 0, len(block))
+            sums.write_entries(path, cb, lo // sums.BLOCK, entries)
             done += n
             pos += n
         return touched
@@ -161,7 +162,7 @@ class ChunkStore:
                     )
                 filled = offset - base
                 sums.check(
-                    self.path(seg_id, k), (base - k * cb) // ALIGN, stage_mm[:filled], filled
+                    self.path(seg_id, k), cb, (base - k * cb) // ALIGN, stage_mm[:filled], filled
                 )
             for piece in pieces:
                 view = memoryview(piece).cast("B")
@@ -213,7 +214,7 @@ class ChunkStore:
                         os.close(fd)
             except FileNotFoundError:
                 raise ChunkDamaged(path, "is missing") from None
-            sums.check(path, lo // sums.BLOCK, blocks, in_file + n - lo)
+            sums.check(path, cb, lo // sums.BLOCK, blocks, in_file + n - lo)
             parts.append(blocks[in_file - lo : in_file - lo + n])
             pos += n
         return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -254,22 +255,12 @@ class ChunkStore:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-            try:
-                fd = os.open(sums.sums_path(path), os.O_WRONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
         fsync_dir(self.dir)
 
     def delete(self, seg_id: int, first_k: int, last_k: int) -> None:
         """Remove chunk files ``first_k..last_k`` (inclusive) of a segment, if present."""
         for k in range(first_k, last_k + 1):
-            path = self.path(seg_id, k)
-            path.unlink(missing_ok=True)
-            sums.sums_path(path).unlink(missing_ok=True)
+            self.path(seg_id, k).unlink(missing_ok=True)
 
     def verify(self, seg_id: int, start: int, end: int, read: bool = True) -> list[tuple[int, str]]:
         """Problems of the chunk files holding bytes ``[start, end)``: (chunk, what).
@@ -286,8 +277,10 @@ class ChunkStore:
             except FileNotFoundError:
                 out.append((k, f"chunk file {path.name} is missing"))
                 continue
-            if size < want:
-                out.append((k, f"chunk file {path.name} holds {size} bytes, needs {want}"))
+            # The file holds data, then the checksums of its blocks: both must be there.
+            need = sums.trailer_end(cb, want)
+            if size < need:
+                out.append((k, f"chunk file {path.name} holds {size} bytes, needs {need}"))
                 continue
             if not read:
                 continue
@@ -355,7 +348,8 @@ class _DirectWriter:
                 raise OSError(errno.EIO, f"short direct write ({n} of {len(view)} bytes)")
             view = view[n:]
             pos += n
-        sums.write_entries(self.store.path(self.seg_id, k), (seg_pos - k * cb) // ALIGN, entries)
+        path = self.store.path(self.seg_id, k)
+        sums.write_entries(path, cb, (seg_pos - k * cb) // ALIGN, entries)
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -102,8 +102,9 @@ def _pending_size(pending: dict[int, tuple[int, bytearray]]) -> int:
 
 
 def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: list[str]) -> None:
-    """Make chunk files match the checkpoint: drop what it does not cover, cut the last
-    chunk of each segment to its length; mark segments whose files are missing or short."""
+    """Make chunk files match the checkpoint: drop what it does not cover, cut the checksums
+    of each segment's last chunk back to its length (bytes past it are vouched for no more);
+    mark segments whose files are missing or short."""
     cb = chunks.chunk_bytes
     for seg_id, ks in chunks.list_files().items():
         seg = by_id.get(seg_id)
@@ -113,11 +114,8 @@ def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: l
                 chunks.delete(seg_id, k, k)
             elif seg is not None and k == last:
                 path = chunks.path(seg_id, k)
-                want = seg.length - k * cb
                 if path.exists():
-                    if path.stat().st_size > want:
-                        os.truncate(path, want)
-                    cut_sums(path, want)
+                    cut_sums(path, cb, seg.length - k * cb)
     for seg in by_id.values():
         found = chunks.verify(seg.id, seg.start_offset, seg.length, read=False)
         if found:
