@@ -20,6 +20,8 @@ from . import __version__
 from .config import FSYNC_MODES, ConfigError, load_config
 
 # One line per subcommand module; each module's add_parser registers its commands.
+EXIT_STORAGE = 3  # serve: the store refused to open its data directory
+
 SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.segment",
     "segmentstore.commands.table",
@@ -27,6 +29,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.bench",
     "segmentstore.commands.completion",
     "segmentstore.commands.transfer",
+    "segmentstore.commands.check",
 )
 
 
@@ -93,14 +96,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     from .server.server import run
+    from .storage import StorageError
 
     try:
-        import uvloop
-    except ImportError:
-        logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
-        asyncio.run(run(config))
-    else:
-        uvloop.run(run(config))
+        try:
+            import uvloop
+        except ImportError:
+            logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
+            asyncio.run(run(config))
+        else:
+            uvloop.run(run(config))
+    except StorageError as e:
+        # A refusal to open the data directory (damage, wrong layout, in use): one line.
+        print(f"segmentstore: cannot start: {e}", file=sys.stderr)
+        return EXIT_STORAGE
     return 0
 
 
