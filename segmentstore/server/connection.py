@@ -76,7 +76,7 @@ from ..storage import (
     SegmentSealed,
     StorageError,
 )
-from .errors import error_reply
+from .errors import encode_reply, error_reply, internal_error, name_refusal
 
 if TYPE_CHECKING:
     from .server import Server
@@ -184,11 +184,14 @@ class Connection(asyncio.Protocol):
         while backlog and not self.closed:
             if self._paused_writes or self._out_bytes > self._out_limit:
                 break
+            command = backlog.popleft()
             try:
-                self.dispatch(backlog.popleft())
+                self.dispatch(command)
             except RemoteProtocolError as e:
                 self.protocol_error(str(e))
                 return
+            except Exception as e:  # no exception escapes a handler: it gets a reply
+                self.reply(internal_error(command, e))
         self._update_reading()
 
     def pause_writing(self) -> None:
@@ -219,7 +222,7 @@ class Connection(asyncio.Protocol):
     def reply(self, reply: Reply) -> None:
         if isinstance(reply, ErrorReply):
             self.metrics.errors[type(reply).__name__] += 1
-        self.send(encode(reply))
+        self.send(encode_reply(reply))
 
     def _flush(self) -> None:
         self._flush_pending = False
@@ -254,7 +257,10 @@ class Connection(asyncio.Protocol):
                 self.on_append(append)
             return
         self.metrics.requests[kind.__name__] += 1
-        if kind is ReadSegment:
+        refusal = name_refusal(command)
+        if refusal is not None:
+            self.reply(refusal)
+        elif kind is ReadSegment:
             self.read_now(command)  # type: ignore[arg-type]
         elif kind is SetupAppend:
             self.setup_append(command)  # type: ignore[arg-type]
@@ -263,17 +269,27 @@ class Connection(asyncio.Protocol):
         elif kind is KeepAlive:
             self.send(encode(KeepAlive()))
         elif kind is CreateTransientSegment:
-            self.spawn(self.create_transient(command))  # type: ignore[arg-type]
+            self.spawn(command, self.create_transient(command))  # type: ignore[arg-type]
         else:
             handler = self.handlers.get(kind)
             if handler is None:
                 raise RemoteProtocolError(f"{kind.__name__} is not a request this server takes")
-            self.spawn(self.serve(handler, command))
+            self.spawn(command, self.serve(handler, command))
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(coro)
+    def spawn(self, command: Command, coro: Coroutine[Any, Any, None]) -> None:
+        task = self._loop.create_task(self._guarded(command, coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, command: Command, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a request's task; whatever it raises becomes an ErrorMessage, never a
+        "Task exception was never retrieved"."""
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.reply(internal_error(command, e))
 
     def fail(self, command: Command, exc: StorageError) -> None:
         """Answer ``command`` with the error reply for ``exc`` (or close, per 12.1)."""
@@ -288,11 +304,6 @@ class Connection(asyncio.Protocol):
             reply = await handler(self.ctx, command)
         except StorageError as e:
             reply = error_reply(command, e)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("failed serving %s from %s", type(command).__name__, self.peer)
-            reply = None
         if reply is None:
             self.close()
         else:
@@ -445,13 +456,13 @@ class Connection(asyncio.Protocol):
             if sealed:
                 self.fail(command, e)
             else:
-                self.spawn(self.read_segment(command))
+                self.spawn(command, self.read_segment(command))
             return
         except StorageError as e:
             self.fail(command, e)
             return
         if result is None or (not result.data and result.at_tail):
-            self.spawn(self.read_segment(command))
+            self.spawn(command, self.read_segment(command))
         else:
             self.send_read(command, result)
 
