@@ -1,7 +1,12 @@
 """The segment store server: storage + tables + TCP listener + metrics, and a clean stop.
 
 ``run(config)`` opens the store (recovery), starts the listener and the metrics endpoint,
-logs one ``ready`` line with the addresses, and serves until SIGTERM/SIGINT. Stopping
+logs one ``ready`` line with the addresses, and serves until SIGTERM/SIGINT. The server
+owns the store-wide budgets every connection charges (``budget.py``), the connection cap
+derived from the fd limit, and a sweep that runs a few times a second: it enforces each
+connection's timeouts (no Hello, a frame stalled half-way, replies that never drain) and
+hands freed memory back after a burst. Time comes from ``self.clock`` (injectable).
+Stopping
 stops accepting, lets appends already received become durable (bounded wait), sends
 their acknowledgements, closes connections, and closes the store.
 """
@@ -12,7 +17,7 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from segmentstore_client.protocol import Command, OperationUnsupported, Reply
@@ -20,22 +25,47 @@ from segmentstore_client.protocol import Command, OperationUnsupported, Reply
 from ..config import ServerConfig
 from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StoreConfig
 from ..tables import TableStore
+from .budget import Budget
 from .connection import Connection
 from .context import HandlerTable, ServerContext
 from .metrics import Metrics, serve_metrics
-from .resources import default_read_cache_mb, keep_freed_memory, memory_limit_bytes
+from .resources import (
+    connection_cap,
+    default_read_cache_mb,
+    keep_freed_memory,
+    memory_limit_bytes,
+    raise_fd_limit,
+    release_freed_memory,
+)
 from .segment_handlers import SEGMENT_HANDLERS
 from .table_handlers import TABLE_HANDLERS
 
 log = logging.getLogger("segmentstore.server")
 
 SHUTDOWN_DRAIN_SECONDS = 10.0
+# Buffered bytes that must have come and gone before freed memory is handed back.
+TRIM_AFTER_BYTES = 64 * 1024 * 1024
 
 
 class Server:
-    def __init__(self, config: ServerConfig, ctx: ServerContext) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        ctx: ServerContext,
+        clock: Callable[[], float] = time.monotonic,
+        max_connections: int | None = None,
+    ) -> None:
         self.config = config
         self.ctx = ctx
+        self.clock = clock
+        self.max_connections = max_connections or config.max_connections or 1024
+        loop = asyncio.get_running_loop()
+        self.input_budget = Budget("input", config.store_input_bytes, loop.call_soon)
+        self.output_budget = Budget("output", config.store_output_bytes, loop.call_soon)
+        self.inflight_budget = Budget("inflight", config.store_inflight_bytes, loop.call_soon)
+        self.disk_reads = asyncio.Semaphore(config.disk_read_concurrency)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._trim_mark = 0
         self.handlers: HandlerTable = {**SEGMENT_HANDLERS, **TABLE_HANDLERS}
         self.connections: set[Connection] = set()
         self.address: tuple[str, int] = (config.host, config.port)
@@ -49,6 +79,20 @@ class Server:
     async def start(cls, config: ServerConfig) -> Server:
         metrics = Metrics()
         started = time.perf_counter()
+        fd_limit = raise_fd_limit()
+        cap, reserve = connection_cap(fd_limit, config.max_connections, config.fd_reserve)
+        log.info(
+            "open-file limit %d: up to %d connections, %d fds kept for storage and metrics",
+            fd_limit,
+            cap,
+            reserve,
+        )
+        if config.max_connections > cap:
+            log.warning(
+                "max_connections %d does not fit the open-file limit; using %d",
+                config.max_connections,
+                cap,
+            )
         cache_mb = config.read_cache_mb or default_read_cache_mb(memory_limit_bytes())
         log.info(
             "read cache %d MiB%s; freed memory kept for reuse: %s",
@@ -72,8 +116,14 @@ class Server:
         store.on_commit = metrics.on_commit
         metrics.store_stats = store.stats
         ctx = ServerContext(store, tables, metrics, tail_read_timeout=config.tail_read_timeout_s)
-        server = cls(config, ctx)
-        await server._listen()
+        server = cls(config, ctx, max_connections=cap)
+        try:
+            await server._listen()
+        except BaseException:
+            await tables.close()
+            await store.close()
+            raise
+        server.start_sweeper()
         return server
 
     async def _listen(self) -> None:
@@ -89,10 +139,48 @@ class Server:
             )
 
     def _new_connection(self) -> asyncio.Protocol:
-        if len(self.connections) >= self.config.max_connections:
-            log.warning("connection limit %d reached; refusing", self.config.max_connections)
+        if len(self.connections) >= self.max_connections:
+            self.ctx.metrics.connections_refused += 1
+            if (
+                self.ctx.metrics.connections_refused & (self.ctx.metrics.connections_refused - 1)
+                == 0
+            ):
+                log.warning("connection limit %d reached; refusing", self.max_connections)
             return _Refuse()
         return Connection(self)
+
+    # --- budgets and timeouts -------------------------------------------------------------
+
+    def sweep_interval(self) -> float:
+        c = self.config
+        shortest = min(c.hello_timeout_s, c.frame_timeout_s, c.write_stall_timeout_s)
+        return min(1.0, max(0.02, shortest / 8))
+
+    def start_sweeper(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        interval = self.sweep_interval()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.sweep()
+            except Exception:  # the sweep must outlive any one bad connection
+                log.exception("connection sweep failed")
+
+    def sweep(self) -> None:
+        """Enforce every connection's timeouts; hand freed memory back after a burst."""
+        now = self.clock()
+        for conn in list(self.connections):
+            conn.check_timeouts(now)
+        held = self.input_budget.used + self.output_budget.used + self.inflight_budget.used
+        peak = self.input_budget.peak + self.output_budget.peak + self.inflight_budget.peak
+        if peak - self._trim_mark >= TRIM_AFTER_BYTES and held < TRIM_AFTER_BYTES // 4:
+            for budget in (self.input_budget, self.output_budget, self.inflight_budget):
+                budget.peak = budget.used
+            self._trim_mark = held
+            released = release_freed_memory()
+            log.info("buffered bytes back to %d; freed memory handed back: %s", held, released)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -123,6 +211,8 @@ class Server:
         log.info("stopping: no new connections; draining %d connections", len(self.connections))
         if self._listener is not None:
             self._listener.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for conn in list(self.connections):
             if conn.transport is not None and not conn.closed:
                 conn.transport.pause_reading()
