@@ -52,7 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     s.add_argument("--containers", type=int, help="segment containers (default 1)")
-    s.add_argument("--max-connections", type=int, help="connection cap (default 10000)")
+    s.add_argument(
+        "--max-connections",
+        type=int,
+        help="connection cap (default 0: the open-file limit less a reserve for storage)",
+    )
     s.add_argument("--tail-read-timeout-s", type=float, help="tail read wait (default 10)")
     s.add_argument(
         "--read-cache-mb",
@@ -85,15 +89,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .server.server import run
+    from .server.server import StartupError, run
 
     try:
-        import uvloop
-    except ImportError:
-        logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
-        asyncio.run(run(config))
-    else:
-        uvloop.run(run(config))
+        try:
+            import uvloop
+        except ImportError:
+            logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
+            asyncio.run(run(config))
+        else:
+            uvloop.run(run(config))
+    except StartupError as e:
+        print(f"segmentstore: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

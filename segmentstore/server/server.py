@@ -23,7 +23,7 @@ from typing import Any
 from segmentstore_client.protocol import Command, OperationUnsupported, Reply
 
 from ..config import ServerConfig
-from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StoreConfig
+from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StorageError, StoreConfig
 from ..tables import TableStore
 from .budget import Budget
 from .connection import Connection
@@ -100,16 +100,19 @@ class Server:
             "" if config.read_cache_mb else " (1/8 of the memory available)",
             "yes" if keep_freed_memory() else "no (not glibc)",
         )
-        store = await SegmentStore.open(
-            StoreConfig(
-                data_dir=config.data_dir,
-                fsync=config.fsync,  # type: ignore[arg-type]
-                fsync_interval_s=config.fsync_interval_ms / 1000,
-                container_count=config.containers,
-                read_cache_bytes=cache_mb * 1024 * 1024,
-                direct_io=config.direct_io == "on",
+        try:
+            store = await SegmentStore.open(
+                StoreConfig(
+                    data_dir=config.data_dir,
+                    fsync=config.fsync,  # type: ignore[arg-type]
+                    fsync_interval_s=config.fsync_interval_ms / 1000,
+                    container_count=config.containers,
+                    read_cache_bytes=cache_mb * 1024 * 1024,
+                    direct_io=config.direct_io == "on",
+                )
             )
-        )
+        except (OSError, StorageError) as e:
+            raise StartupError(f"cannot open the data dir {config.data_dir}: {_why(e)}") from e
         tables = await TableStore.open(store)
         await _drop_orphaned_transients(store)
         metrics.recovery_seconds = time.perf_counter() - started
@@ -128,15 +131,26 @@ class Server:
 
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(
-            self._new_connection, self.config.host, self.config.port, backlog=1024
-        )
+        c = self.config
+        try:
+            self._listener = await loop.create_server(
+                self._new_connection, c.host, c.port, backlog=1024
+            )
+        except OSError as e:
+            raise StartupError(f"cannot listen on {c.host}:{c.port}: {_why(e)}") from e
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
-        if self.config.http_port >= 0:
-            self._metrics_server, self.metrics_port = serve_metrics(
-                self.ctx.metrics, self.config.http_host, self.config.http_port
-            )
+        if c.http_port >= 0:
+            try:
+                self._metrics_server, self.metrics_port = serve_metrics(
+                    self.ctx.metrics, c.http_host, c.http_port
+                )
+            except OSError as e:
+                self._listener.close()
+                why = _why(e)
+                raise StartupError(
+                    f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
+                ) from e
 
     def _new_connection(self) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
@@ -252,6 +266,16 @@ class _Refuse(asyncio.Protocol):
 
 async def unsupported(ctx: ServerContext, cmd: Command) -> Reply:
     return OperationUnsupported(getattr(cmd, "request_id", -1), type(cmd).__name__, "")
+
+
+class StartupError(Exception):
+    """The server cannot start (busy port, unusable data dir): one line, exit code 2."""
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror.lower() + (f" ({e.filename})" if e.filename else "")
+    return str(e)
 
 
 async def run(config: ServerConfig) -> None:

@@ -9,7 +9,6 @@ import contextlib
 import struct
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from segmentstore_client.protocol import (
@@ -29,14 +28,6 @@ if TYPE_CHECKING:
 HEADER = struct.Struct(">ii")
 MiB = 1024 * 1024
 HELLO = encode(Hello(17, 5))
-
-
-def rss(server: ServerProcess) -> int:
-    assert server.proc is not None
-    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 async def raw(server: ServerProcess) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -104,7 +95,7 @@ async def test_client_that_never_reads_is_bounded_then_dropped(
     await fill_segment(server, name, 24 * MiB)
     server.stop()
     server.start()  # the read cache is empty: reads come from chunk files
-    base = rss(server)
+    base = server.rss()
     reader, writer = await raw(server)
     writer.transport.set_write_buffer_limits(high=64 * MiB)
     writer.write(HELLO)
@@ -115,7 +106,7 @@ async def test_client_that_never_reads_is_bounded_then_dropped(
         t0 = time.monotonic()
         for i in range(10):
             await asyncio.sleep(0.2)
-            peak = max(peak, rss(server))
+            peak = max(peak, server.rss())
             reply = await good.read(name, i * MiB, 4096, timeout=2)
             assert isinstance(reply, SegmentRead) and len(reply.data) == 4096
         assert peak - base < 80 * MiB, f"server grew by {(peak - base) / MiB:.0f} MiB"
@@ -134,7 +125,7 @@ async def test_partial_frames_are_bounded_store_wide_and_memory_returns(
     env = {"SEGMENTSTORE_STORE_INPUT_BYTES": str(8 * MiB), "SEGMENTSTORE_FRAME_TIMEOUT_S": "2"}
     server = server_factory(env=env)
     server.start()
-    base = rss(server)
+    base = server.rss()
     conns = [await raw(server) for _ in range(40)]
     body = b"\x01" * (4 * MiB)
     for _, w in conns:
@@ -144,14 +135,14 @@ async def test_partial_frames_are_bounded_store_wide_and_memory_returns(
     async with await WireClient.connect(server.host, server.port) as good:
         for _ in range(8):
             await asyncio.sleep(0.15)
-            peak = max(peak, rss(server))
+            peak = max(peak, server.rss())
             await good.keepalive()
         grew = (peak - base) / MiB
         assert grew < 60, f"server grew by {grew:.0f} MiB (160 unbounded)"
         waits = await asyncio.gather(*(closed_within(r, 10) for r, _ in conns))
         assert max(waits) < 8, waits
         await asyncio.sleep(1.5)  # one sweep hands the freed memory back
-        after = rss(server)
+        after = server.rss()
         await good.keepalive()
     for _, w in conns:
         w.close()
