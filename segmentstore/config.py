@@ -41,8 +41,8 @@ class ServerConfig:
     read_cache_mb: int = 0  # 0: 1/8 of the memory the process may use, 64 MiB to 1 GiB
     direct_io: str = "on"  # chunk files with O_DIRECT where the filesystem allows it
     # --- resource budgets and timeouts (issue 13; README "Resource budgets") ---
-    store_input_bytes: int = 256 * 1024 * 1024  # partial frames buffered, all connections
-    store_output_bytes: int = 256 * 1024 * 1024  # replies queued, all connections
+    store_input_bytes: int = 128 * 1024 * 1024  # partial frames buffered, all connections
+    store_output_bytes: int = 128 * 1024 * 1024  # replies queued, all connections
     store_inflight_bytes: int = 256 * 1024 * 1024  # appends not yet durable, all connections
     max_pending_requests: int = 256  # requests being served at once, per connection
     disk_read_concurrency: int = 32  # reads from chunk files at once, all connections

@@ -65,7 +65,6 @@ class Server:
         self.inflight_budget = Budget("inflight", config.store_inflight_bytes, loop.call_soon)
         self.disk_reads = asyncio.Semaphore(config.disk_read_concurrency)
         self._sweeper: asyncio.Task[None] | None = None
-        self._trim_mark = 0
         self.handlers: HandlerTable = {**SEGMENT_HANDLERS, **TABLE_HANDLERS}
         self.connections: set[Connection] = set()
         self.address: tuple[str, int] = (config.host, config.port)
@@ -187,14 +186,14 @@ class Server:
         now = self.clock()
         for conn in list(self.connections):
             conn.check_timeouts(now)
-        held = self.input_budget.used + self.output_budget.used + self.inflight_budget.used
-        peak = self.input_budget.peak + self.output_budget.peak + self.inflight_budget.peak
-        if peak - self._trim_mark >= TRIM_AFTER_BYTES and held < TRIM_AFTER_BYTES // 4:
-            for budget in (self.input_budget, self.output_budget, self.inflight_budget):
+        budgets = (self.input_budget, self.output_budget, self.inflight_budget)
+        held = sum(b.used for b in budgets)
+        if sum(b.peak for b in budgets) >= TRIM_AFTER_BYTES and held < TRIM_AFTER_BYTES // 4:
+            peaks = ", ".join(f"{b.name} {b.peak >> 20} MiB" for b in budgets)
+            for budget in budgets:
                 budget.peak = budget.used
-            self._trim_mark = held
             released = release_freed_memory()
-            log.info("buffered bytes back to %d; freed memory handed back: %s", held, released)
+            log.info("buffered bytes peaked at %s; freed memory handed back: %s", peaks, released)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
