@@ -111,7 +111,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.closed = False
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         config = server.config
         self._clock = server.clock
         self._max_pending = config.max_pending_requests
@@ -263,7 +263,7 @@ class Connection(asyncio.Protocol):
         self.server.output_budget.charge(n)
         if not self._flush_pending:
             self._flush_pending = True
-            self._loop.call_soon(self._flush)
+            self.loop.call_soon(self._flush)
 
     def reply(self, reply: Reply) -> None:
         if isinstance(reply, ErrorReply):
@@ -373,6 +373,8 @@ class Connection(asyncio.Protocol):
     def dispatch(self, command: Command) -> None:
         kind = type(command)
         if kind in _APPEND_DATA or self.assembler.block_open:
+            if not self.appends.precheck(command):
+                return
             append = self.assembler.feed(command)
             if append is not None:
                 self.appends.append(append)
@@ -398,7 +400,7 @@ class Connection(asyncio.Protocol):
             self.spawn(command, self.serve(handler, command))
 
     def spawn(self, command: Command, coro: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(self._guarded(command, coro))
+        task = self.loop.create_task(self._guarded(command, coro))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
