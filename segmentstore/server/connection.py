@@ -111,6 +111,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.closed = False
+        self._aborted = False
         self.loop = asyncio.get_running_loop()
         config = server.config
         self._clock = server.clock
@@ -339,7 +340,7 @@ class Connection(asyncio.Protocol):
     def abort(self, why: str) -> None:
         """Drop the connection and whatever it has queued (a timeout, a stalled peer)."""
         log.info("closing connection from %s: %s", self.peer, why)
-        self.closed = True
+        self.closed = self._aborted = True
         self._backlog.clear()
         if self.transport is not None:
             self.transport.abort()
@@ -352,7 +353,7 @@ class Connection(asyncio.Protocol):
     def check_timeouts(self, now: float) -> None:
         """Abort the connection if a timeout has passed (called by the server's sweep)."""
         c = self.server.config
-        if self.transport is None:
+        if self.transport is None or self._aborted:
             return
         if not self._first_frame and now - self._born > c.hello_timeout_s:
             kind, why = "hello", f"no request within {c.hello_timeout_s:g}s"
