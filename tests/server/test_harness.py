@@ -16,6 +16,7 @@ from segmentstore_client.protocol import (
     ErrorMessage,
     GetStreamSegmentInfo,
     Hello,
+    InvalidEventNumber,
     KeepAlive,
     ReadSegment,
     SegmentCreated,
@@ -195,3 +196,22 @@ async def test_unexpected_exception_in_a_handler_is_answered(tmp_path: Path) -> 
         error = next(c for c in peer.received if isinstance(c, ErrorMessage))
         assert error.request_id == 7 and error.error_code == -1 and "boom" in error.message
         assert not peer.closed and isinstance(peer.received[0], Hello)
+
+
+async def test_repeated_and_backward_event_numbers_are_rejected(tmp_path: Path) -> None:
+    """Guards Appends.precheck and the REPEATED transition: InvalidEventNumber, then close;
+    nothing stored twice."""
+    async with harness(tmp_path) as h:
+        for number in (3, 2):
+            peer = h.connect()
+            name = f"s{number}"
+            await create(peer, name)
+            w = uuid.uuid4()
+            await setup(peer, name, w)
+            peer.send_raw(b"".join(append(w, n, 100) for n in (1, 2, 3)))
+            await peer.until(lambda p=peer: len(acks(p)) == 3, "3 acks")
+            length = h.server.ctx.store.info(name).length
+            peer.send_raw(append(w, number, 100))
+            await peer.until(lambda p=peer: p.closed, "close")
+            assert peer.received[-1] == InvalidEventNumber(w, 100 + number, "", number)
+            assert h.server.ctx.store.info(name).length == length
