@@ -181,8 +181,7 @@ class Appends:
             self.inflight_bytes > self.inflight_limit
             or (self.budget.over and self.inflight_bytes > self.budget.floor)
         ):
-            self.paused = True
-            self.conn.update_reading()
+            self.paused = True  # the socket pauses when the dispatch loop ends (process)
         state.queue.append((future, append, time.perf_counter()))
         future.add_done_callback(state.drain)
 
