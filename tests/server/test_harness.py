@@ -105,6 +105,7 @@ async def test_resent_acked_event_is_acknowledged_without_storing(tmp_path: Path
         assert resent.previous_event_number < 3
         assert resent.current_segment_write_offset == length
         assert (new.event_number, new.previous_event_number) == (4, 3)
+        assert h.server.ctx.metrics.duplicate_appends == 1
         assert h.server.ctx.store.info("s").length == length + length // 3
 
 
