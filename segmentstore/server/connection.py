@@ -79,6 +79,7 @@ from ..storage import (
 from .appends import Appends, WriterState
 from .errors import (
     ILLEGAL_ARGUMENT,
+    PEER_LOG,
     encode_reply,
     error_reply,
     internal_error,
@@ -339,7 +340,7 @@ class Connection(asyncio.Protocol):
 
     def abort(self, why: str) -> None:
         """Drop the connection and whatever it has queued (a timeout, a stalled peer)."""
-        log.info("closing connection from %s: %s", self.peer, why)
+        PEER_LOG(logging.INFO, "closing connection from %s: %s", self.peer, why)
         self.closed = self._aborted = True
         self._backlog.clear()
         if self.transport is not None:
@@ -347,7 +348,7 @@ class Connection(asyncio.Protocol):
 
     def protocol_error(self, why: str) -> None:
         self.metrics.protocol_errors += 1
-        log.warning("closing connection from %s: %s", self.peer, why)
+        PEER_LOG(logging.WARNING, "closing connection from %s: %s", self.peer, why)
         self.close()
 
     def check_timeouts(self, now: float) -> None:
@@ -441,7 +442,8 @@ class Connection(asyncio.Protocol):
     def hello(self, command: Hello) -> None:
         self.send(encode(Hello(WIRE_VERSION, OLDEST_COMPATIBLE_VERSION)))
         if command.low_version > WIRE_VERSION or command.high_version < OLDEST_COMPATIBLE_VERSION:
-            log.warning(
+            PEER_LOG(
+                logging.WARNING,
                 "incompatible client %s (versions %d..%d); closing",
                 self.peer,
                 command.low_version,

@@ -14,6 +14,8 @@ never fails: a reply that cannot be encoded (a name too long to repeat) becomes 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from segmentstore_client.errors import LocalProtocolError
 from segmentstore_client.protocol import (
@@ -168,3 +170,31 @@ def encode_reply(reply: Reply) -> bytes:
         return encode(
             ErrorMessage(rid if isinstance(rid, int) else -1, shown(segment), message, UNSPECIFIED)
         )
+
+
+class PeerLog:
+    """Log lines about misbehaving peers, at most ``per_second`` a second: a flood of bad
+    connections must not turn into a flood of log lines (CPU, disk). Lines over the
+    limit are counted and reported in one line when the next second starts."""
+
+    def __init__(self, per_second: int = 20, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second = per_second
+        self.clock = clock
+        self._window = -1.0
+        self._count = 0
+        self.dropped = 0
+
+    def __call__(self, level: int, message: str, *args: object) -> None:
+        now = self.clock()
+        if now - self._window >= 1.0:
+            if self.dropped:
+                log.warning("%d more lines about bad connections were not logged", self.dropped)
+            self._window, self._count, self.dropped = now, 0, 0
+        if self._count < self.per_second:
+            self._count += 1
+            log.log(level, message, *args)
+        else:
+            self.dropped += 1
+
+
+PEER_LOG = PeerLog()

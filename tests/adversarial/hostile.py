@@ -6,7 +6,7 @@ CONNECTIONS``. It opens CONNECTIONS connections, a fifth of each kind:
 * mute: Hello, 20 ReadSegment of 2 MiB each, and never reads a byte of the replies;
 * slowloris: one byte of a Hello frame every 0.5 s, never a whole frame;
 * flood: Hello and 200 ReadSegments of 2 MiB at once, replies read slowly;
-* junk: random bytes; reconnects when the server closes, until the time is up.
+* junk: random bytes; reconnects a second after the server closes, until the time is up.
 
 It prints one JSON line of counts at the end, and exits after SECONDS (plus closing).
 """
@@ -85,13 +85,14 @@ async def junk(host: str, port: int, segment: str, until: float, stats: dict[str
             await asyncio.wait_for(r.read(), max(0.01, until - time.monotonic()))
         stats["junk_closed"] += 1
         w.close()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)
 
 
 async def _hold(r: asyncio.StreamReader, until: float, stats: dict[str, int], kind: str) -> None:
-    """Wait for the server to close (EOF or reset) until the time is up."""
+    """Wait for the server to close (EOF or reset) until the time is up (plus 5 s of
+    grace: on a loaded machine the last connections open late)."""
     try:
-        while await asyncio.wait_for(r.read(1 << 16), max(0.01, until - time.monotonic())):
+        while await asyncio.wait_for(r.read(1 << 16), max(0.01, until + 5 - time.monotonic())):
             pass
     except TimeoutError:
         return
