@@ -31,6 +31,7 @@ from segmentstore_client.protocol import (
 from .harness import Peer, harness
 
 KiB = 1024
+HEADER_OF_1MIB = b"\x00\x00\x00\x03\x00\x10\x00\x00"  # AppendBlock, 1 MiB declared
 
 
 async def create(peer: Peer, name: str) -> None:
@@ -216,3 +217,83 @@ async def test_repeated_and_backward_event_numbers_are_rejected(tmp_path: Path) 
             await peer.until(lambda p=peer: p.closed, "close")
             assert peer.received[-1] == InvalidEventNumber(w, 100 + number, "", number)
             assert h.server.ctx.store.info(name).length == length
+
+
+async def test_a_closed_connection_gives_everything_back(tmp_path: Path) -> None:
+    """Guards Connection.connection_lost: budgets refunded, tasks cancelled, counted."""
+    async with harness(tmp_path, connection_write_buffer_bytes=64 * KiB) as h:
+        peer = h.connect()
+        await create(peer, "s")
+        w = uuid.uuid4()
+        await setup(peer, "s", w)
+        peer.send_raw(append(w, 1, 200 * KiB))
+        await peer.until(lambda: len(acks(peer)) == 1, "ack")
+        tail = h.server.ctx.store.info("s").length
+        peer.send(ReadSegment("s", tail, 1000, "", 50))  # parked at the tail
+        peer.send(ReadSegment("s", 0, 200 * KiB, "", 51))  # unread output
+        peer.send_raw(encode(KeepAlive()) + HEADER_OF_1MIB + b"\0" * 1000)  # partial frame
+        await peer.until(lambda: peer.transport.writing_paused, "paused", read=False)
+        assert h.server.input_budget.used > 0 and h.server.output_budget.used > 0
+        tasks = set(peer.conn._tasks)
+        assert tasks
+        assert h.server.ctx.metrics.connections == 1
+        peer.transport.close()  # the peer goes away
+        await peer.settle(5)
+        assert not h.server.connections and h.server.ctx.metrics.connections == 0
+        assert h.server.input_budget.used == 0 and h.server.output_budget.used == 0
+        assert all(t.cancelled() for t in tasks)
+
+
+async def test_bad_frames_close_without_a_reply(tmp_path: Path) -> None:
+    """Guards the protocol_error calls in data_received and process."""
+    async with harness(tmp_path) as h:
+        junk = h.connect()
+        junk.send_raw(b"\x00\x00\x1e\x61" + b"\0" * 12)  # unknown type code 7777
+        reply_type = h.connect()
+        reply_type.send(KeepAlive(), SegmentCreated(5, "x"), KeepAlive())
+        for peer in (junk, reply_type):
+            await peer.until(lambda p=peer: p.closed, "close")
+            assert not [c for c in peer.received if not isinstance(c, Hello | KeepAlive)]
+        assert h.server.ctx.metrics.protocol_errors == 2
+        assert [type(c) for c in reply_type.received] == [Hello, KeepAlive]
+
+
+async def test_unexpected_exception_in_the_dispatch_is_answered(tmp_path: Path) -> None:
+    """Guards the catch-all in Connection.process (a synchronous path: SetupAppend)."""
+    async with harness(tmp_path) as h:
+        peer = h.connect()
+        await create(peer, "s")
+        store = h.server.ctx.store
+
+        def broken(name: str, writer: uuid.UUID) -> int:
+            raise RuntimeError("attribute index exploded")
+
+        store.get_attribute = broken  # type: ignore[method-assign]
+        peer.send(SetupAppend(9, uuid.uuid4(), "s", ""), KeepAlive())
+        await peer.until(lambda: isinstance(peer.received[-1], KeepAlive), "pong")
+        error = peer.received[-2]
+        assert isinstance(error, ErrorMessage) and error.request_id == 9
+        assert "attribute index exploded" in error.message and not peer.closed
+
+
+async def test_store_wide_input_budget_pauses_partial_frames(tmp_path: Path) -> None:
+    """Guards the input budget in data_received: over it, a connection holding more than
+    the floor stops being read until another's frame completes."""
+    async with harness(tmp_path, store_input_bytes=256 * KiB) as h:
+        peers = [h.connect(), h.connect()]
+        await create(peers[0], "s")
+        writers = [uuid.uuid4(), uuid.uuid4()]
+        frames = []
+        for p, w in zip(peers, writers, strict=True):
+            await setup(p, "s", w)
+            frames.append(append(w, 1, 1024 * KiB))
+        peers[0].send_raw(frames[0][: 200 * KiB])
+        peers[1].send_raw(frames[1][: 200 * KiB])
+        assert h.server.input_budget.used == 400 * KiB
+        assert peers[0].transport.reading and not peers[1].transport.reading
+        peers[1].send_raw(frames[1][200 * KiB :])  # waits: the socket is not read
+        assert peers[1].transport.inbox
+        peers[0].send_raw(frames[0][200 * KiB :])  # completes: the budget has room again
+        for p in peers:
+            await p.until(lambda p=p: len(acks(p)) == 1, "ack")
+        assert h.server.input_budget.used == 0 and peers[1].transport.reading
