@@ -62,7 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     s.add_argument("--containers", type=int, help="segment containers (default 1)")
-    s.add_argument("--max-connections", type=int, help="connection cap (default 10000)")
+    s.add_argument(
+        "--max-connections",
+        type=int,
+        help="connection cap (default 0: the open-file limit less a reserve for storage)",
+    )
     s.add_argument("--tail-read-timeout-s", type=float, help="tail read wait (default 10)")
     s.add_argument(
         "--read-cache-mb",
@@ -95,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .server.server import run
+    from .server.server import StartupError, run
     from .storage import StorageError
 
     try:
@@ -110,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A refusal to open the data directory (damage, wrong layout, in use): one line.
         print(f"segmentstore: cannot start: {e}", file=sys.stderr)
         return EXIT_STORAGE
+    except StartupError as e:
+        print(f"segmentstore: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
