@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--http-port", type=int, help="Prometheus /metrics port (default 9091; -1 disables)"
     )
+    s.add_argument(
+        "--controller-port",
+        type=int,
+        help="Pravega gRPC controller port (default 9090, Pravega's; 0 = any; -1 disables)",
+    )
     s.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     s.add_argument("--containers", type=int, help="segment containers (default 1)")
     s.add_argument("--max-connections", type=int, help="connection cap (default 10000)")
@@ -85,15 +90,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .server.server import run
+    from .server.server import StartupError, run
 
     try:
-        import uvloop
-    except ImportError:
-        logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
-        asyncio.run(run(config))
-    else:
-        uvloop.run(run(config))
+        try:
+            import uvloop
+        except ImportError:
+            logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
+            asyncio.run(run(config))
+        else:
+            uvloop.run(run(config))
+    except StartupError as e:
+        print(f"segmentstore: {e}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -15,6 +15,10 @@ from typing import Protocol
 
 import pytest
 
+# Servers started by tests run no gRPC controller unless a test asks for one (with
+# --controller-port 0): the default port 9090 would clash between concurrent test runs.
+os.environ.setdefault("SEGMENTSTORE_CONTROLLER_PORT", "-1")
+
 READY = re.compile(r"listening on ([0-9.]+):(\d+)")
 METRICS = re.compile(r"metrics on http://([0-9.]+):(\d+)/metrics")
 

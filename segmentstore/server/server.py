@@ -18,6 +18,7 @@ from typing import Any
 from segmentstore_client.protocol import Command, OperationUnsupported, Reply
 
 from ..config import ServerConfig
+from ..controller import ControllerError as StartupError
 from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StoreConfig
 from ..tables import TableStore
 from .connection import Connection
@@ -26,6 +27,8 @@ from .metrics import Metrics, serve_metrics
 from .resources import default_read_cache_mb, keep_freed_memory, memory_limit_bytes
 from .segment_handlers import SEGMENT_HANDLERS
 from .table_handlers import TABLE_HANDLERS
+
+__all__ = ["Server", "StartupError", "run"]
 
 log = logging.getLogger("segmentstore.server")
 
@@ -44,6 +47,7 @@ class Server:
         self._metrics_server: Any = None
         self._background: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
+        self.controller: Any = None  # segmentstore.controller.controller.Controller, if enabled
 
     @classmethod
     async def start(cls, config: ServerConfig) -> Server:
@@ -74,7 +78,27 @@ class Server:
         ctx = ServerContext(store, tables, metrics, tail_read_timeout=config.tail_read_timeout_s)
         server = cls(config, ctx)
         await server._listen()
+        if config.controller_port >= 0:
+            try:
+                await server._start_controller()
+            except BaseException:
+                await server.shutdown()
+                raise
         return server
+
+    async def _start_controller(self) -> None:
+        from ..controller.controller import Controller, ControllerSettings
+
+        c = self.config
+        host = self.address[0] if self.address[0] not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        settings = ControllerSettings(
+            c.host, c.controller_port, c.controller_tick_s, c.controller_rate_window_s,
+            c.controller_scale_cooldown_s, c.controller_retention_interval_s,
+        )  # fmt: skip
+        self.controller = await Controller.start(
+            self.ctx.store, self.ctx.tables, settings, (host, self.address[1])
+        )
+        self.ctx.metrics.controller_stats = self.controller.stats
 
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
@@ -106,8 +130,13 @@ class Server:
             if self.metrics_port is not None
             else "metrics disabled"
         )
+        controller = (
+            f"controller on tcp://{self.config.host}:{self.controller.port}"
+            if self.controller is not None
+            else "controller disabled"
+        )
         return (
-            f"segmentstore ready: listening on {host}:{port}, {metrics}, "
+            f"segmentstore ready: listening on {host}:{port}, {metrics}, {controller}, "
             f"fsync={self.config.fsync}, data dir {self.config.data_dir.resolve()}, "
             f"recovery {self.ctx.metrics.recovery_seconds:.3f}s"
         )
@@ -123,6 +152,8 @@ class Server:
         log.info("stopping: no new connections; draining %d connections", len(self.connections))
         if self._listener is not None:
             self._listener.close()
+        if self.controller is not None:
+            await self.controller.stop()
         for conn in list(self.connections):
             if conn.transport is not None and not conn.closed:
                 conn.transport.pause_reading()
