@@ -32,11 +32,14 @@ def write(a: dict[str, Any]) -> dict[str, Any]:
     acked = open(a["acked_file"], "a", buffering=1) if a.get("acked_file") else None  # noqa: SIM115
     t0 = time.perf_counter()
     pause = a.get("pause_at")
+    every, nap = a.get("pace", [0, 0.0])  # sleep ``nap`` s after every ``every`` events
     for i in range(start, start + a["count"]):
         key = f"k{i % keys}"
         w.write_event(_event(key, i // keys, size), routing_key=key)
         if acked is not None:
             acked.write(f"{i}\n")
+        if every and i % every == every - 1:
+            time.sleep(nap)
         if pause is not None and i == pause:
             print("PAUSED", flush=True)
             sys.stdin.readline()
@@ -58,7 +61,7 @@ def read(a: dict[str, Any]) -> dict[str, Any]:
 
     async def loop() -> None:
         nonlocal got
-        deadline = time.monotonic() + a.get("timeout", 60)
+        deadline = time.monotonic() + a.get("seconds", 60)
         while got < a["count"] and time.monotonic() < deadline:
             remaining = deadline - time.monotonic()
             try:

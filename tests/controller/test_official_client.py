@@ -28,7 +28,7 @@ def test_write_100k_routed_events_and_read_them_through_a_reader_group(
     events = tmp_path / "events.txt"
     r = run_driver(
         "read", uri=ctl.uri, scope="sc", stream="st", group="rg", count=100_000,
-        out_file=str(events), timeout=90,
+        out_file=str(events), seconds=90,
     )  # fmt: skip
     assert r["read"] == 100_000
     seen = check_events(events.read_text().splitlines(), keys=16, per_key=100_000 // 16)
@@ -80,7 +80,7 @@ def test_tail_reader_sees_only_new_events(ctl: Ctl, tmp_path: Path) -> None:
     events = tmp_path / "tail.txt"
     reader = start_driver(
         "read", uri=ctl.uri, scope="t", stream="s", group="tailrg", tail=True, count=300,
-        out_file=str(events), timeout=60,
+        out_file=str(events), seconds=60,
     )  # fmt: skip
     time.sleep(3)  # the reader group is made at the tail before these are written
     run_driver("write", uri=ctl.uri, scope="t", stream="s", count=300, keys=4, start=500)
