@@ -111,6 +111,9 @@ def txn(a: dict[str, Any]) -> dict[str, Any]:
             key = f"k{i % 4}"
             tx.write_event(f"t{t}:{key}:{i}", routing_key=key)
         opened = tx.is_open()
+        if a.get("pause"):
+            print("PAUSED", flush=True)
+            sys.stdin.readline()
         if action == "commit":
             tx.commit()
         elif action == "abort":
