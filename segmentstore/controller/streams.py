@@ -211,6 +211,7 @@ class Streams:
     async def scale_locked(
         self, rec: StreamRecord, sealed: list[int], ranges: list[tuple[float, float]]
     ) -> StreamRecord:
+        log.info("scaling %s: %d segment(s) -> %d", rec.key, len(sealed), len(ranges))
         new = StreamRecord.from_json(rec.to_json())
         new.pending = {"op": "scale", "sealed": sealed, "ranges": ranges, "ms": now_ms()}
         await self.md.put_stream(new)
@@ -266,8 +267,10 @@ class Streams:
         if kind == "seal":
             targets = op.get("segments")
             ids = [int(s) for s in targets] if targets is not None else rec.current.segments
-            for sid in ids:
-                rec.segments[sid].final_length = await self._seal(rec.seg_name(sid))
+            # Concurrently: the store's group commit makes them share fsyncs.
+            lengths = await asyncio.gather(*(self._seal(rec.seg_name(sid)) for sid in ids))
+            for sid, length in zip(ids, lengths, strict=True):
+                rec.segments[sid].final_length = length
             if targets is not None:
                 self.scale_events += 1
                 if self.on_scale is not None:
@@ -299,9 +302,11 @@ class Streams:
         return rec
 
     async def _create_segments(self, rec: StreamRecord, ids: list[int], t: int) -> None:
-        for sid in ids:
+        async def create(sid: int) -> None:
             with contextlib.suppress(SegmentExists):
                 await self.store.create_segment(rec.seg_name(sid), attributes={CREATION_TIME: t})
+
+        await asyncio.gather(*(create(sid) for sid in ids))
 
     async def _seal(self, name: str) -> int:
         try:

@@ -79,7 +79,9 @@ def run_driver(command: str, timeout: float = 120, **args: Any) -> dict[str, Any
         timeout=timeout,
     )
     if proc.returncode != 0:
-        raise AssertionError(f"driver {command} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"driver {command} failed ({proc.returncode}):\n{proc.stdout[-500:]}\n{proc.stderr[-3000:]}"
+        )
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
@@ -94,10 +96,17 @@ def start_driver(command: str, **args: Any) -> subprocess.Popen[str]:
     )
 
 
+def wait_ready(proc: subprocess.Popen[str]) -> None:
+    """Wait for a reader driver's READY line (its reader group exists)."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "READY", line
+
+
 def finish_driver(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
     out, err = proc.communicate(timeout=timeout)
     if proc.returncode != 0:
-        raise AssertionError(f"driver failed ({proc.returncode}):\n{err[-3000:]}")
+        raise AssertionError(f"driver failed ({proc.returncode}):\n{out[-500:]}\n{err[-3000:]}")
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
 

@@ -4,12 +4,11 @@ streams, large events, seal and delete. The client runs in a subprocess (driver.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import Ctl, check_events, finish_driver, run_driver, start_driver
+from .conftest import Ctl, check_events, finish_driver, run_driver, start_driver, wait_ready
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -82,7 +81,7 @@ def test_tail_reader_sees_only_new_events(ctl: Ctl, tmp_path: Path) -> None:
         "read", uri=ctl.uri, scope="t", stream="s", group="tailrg", tail=True, count=300,
         out_file=str(events), seconds=60,
     )  # fmt: skip
-    time.sleep(3)  # the reader group is made at the tail before these are written
+    wait_ready(reader)  # the reader group is made at the tail before these are written
     run_driver("write", uri=ctl.uri, scope="t", stream="s", count=300, keys=4, start=500)
     r = finish_driver(reader)
     assert r["read"] == 300
