@@ -5,7 +5,8 @@ durable metadata record naming the operation (``pending``), then the segment-sto
 (each idempotent: creating an existing segment, sealing a sealed one and deleting a gone
 one all count as done), then the record without ``pending``. ``recover()`` at startup
 redoes every pending step, so a crash in the middle of a scale, seal, truncation or delete
-finishes it. A request that fails validation changes nothing. Results are the names of
+finishes it. ``createStream`` writes its record and creates its segments at once (one
+group commit); ``recover()`` creates current segments a crash left missing. A request that fails validation changes nothing. Results are the names of
 Pravega's status enum values (``"SUCCESS"``, ``"STREAM_NOT_SEALED"``...), which the gRPC
 layer turns into numbers; ``BadRequest`` means the request itself is malformed.
 """
@@ -130,9 +131,11 @@ class Streams:
                 rec.next_number += 1
                 rec.segments[sid] = SegmentRecord(sid, lo, hi, t)
                 rec.epochs[0].segments.append(sid)
-            # Segments first: a record naming missing segments would mislead every client.
-            await self._create_segments(rec, rec.epochs[0].segments, t)
-            await self.md.put_stream(rec)
+            # Segments and record together (one group commit); should the record outlive
+            # its segments in a crash, ``recover`` creates the missing ones.
+            await asyncio.gather(
+                self._create_segments(rec, rec.epochs[0].segments, t), self.md.put_stream(rec)
+            )
         log.info("created stream %s/%s with %d segment(s)", scope, stream, cfg.min_segments)
         return "SUCCESS"
 
@@ -246,6 +249,10 @@ class Streams:
     async def recover(self) -> None:
         """Finish every operation a crash interrupted (called once at startup)."""
         for rec in list(self.md.streams.values()):
+            missing = [s for s in rec.current.segments if not self.store.exists(rec.seg_name(s))]
+            if rec.pending is None and rec.state == "active" and missing:
+                log.info("creating %d missing segment(s) of %s", len(missing), rec.key)
+                await self._create_segments(rec, missing, rec.current.created_ms)
             if rec.pending is not None:
                 log.info("finishing %s of %s after a restart", rec.pending["op"], rec.key)
                 async with self.lock(rec.key):
