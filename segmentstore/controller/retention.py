@@ -27,6 +27,18 @@ log = logging.getLogger("segmentstore.controller")
 MAX_CUTS = 1000  # per stream; the oldest go first
 
 
+def choose_cut(rec: StreamRecord, now: int, total: int) -> RetentionCut | None:
+    """The newest recorded cut the stream's policy lets the stream be truncated at."""
+    cfg = rec.config
+    if cfg.retention_type == 2:
+        ok = [c for c in rec.cuts if total - c.total_bytes >= cfg.retention_param]
+    elif cfg.retention_type == 1:
+        ok = [c for c in rec.cuts if c.time_ms <= now - cfg.retention_param]
+    else:
+        return None
+    return ok[-1] if ok else None
+
+
 class Retention:
     def __init__(self, streams: Streams, interval_s: float) -> None:
         self.streams = streams
@@ -43,16 +55,6 @@ class Retention:
                 with contextlib.suppress(StorageError):
                     total += self.streams.store.info(rec.seg_name(seg.id)).length
         return total
-
-    def choose(self, rec: StreamRecord, now: int, total: int) -> RetentionCut | None:
-        cfg = rec.config
-        if cfg.retention_type == 2:
-            ok = [c for c in rec.cuts if total - c.total_bytes >= cfg.retention_param]
-        elif cfg.retention_type == 1:
-            ok = [c for c in rec.cuts if c.time_ms <= now - cfg.retention_param]
-        else:
-            return None
-        return ok[-1] if ok else None
 
     async def run(self) -> None:
         now = now_ms()
@@ -78,7 +80,7 @@ class Retention:
             new.cuts = [*new.cuts, RetentionCut(now, total, cut)][-MAX_CUTS:]
             await self.streams.md.put_stream(new)
             rec = new
-        chosen = self.choose(rec, now, total)
+        chosen = choose_cut(rec, now, total)
         if chosen is None or chosen.cut == rec.head_cut():
             return
         if not rec.cut_not_before_head(chosen.cut):
