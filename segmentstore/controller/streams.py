@@ -20,7 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..storage import CREATION_TIME, SegmentExists, SegmentNotFound, SegmentStore, StorageError
+from ..storage import (
+    CREATION_TIME,
+    SegmentExists,
+    SegmentNotFound,
+    SegmentSealed,
+    SegmentStore,
+    StorageError,
+)
 from .metadata import Metadata
 from .model import (
     EpochRecord,
@@ -264,13 +271,15 @@ class Streams:
         if kind == "scale":
             sealed = [int(s) for s in op["sealed"]]
             ranges = [(float(lo), float(hi)) for lo, hi in op["ranges"]]
-            epoch = rec.new_epoch(sealed, ranges, int(op["ms"]))
+            # On a copy: the epoch is added once, by the record that says "seal" next.
+            nxt = StreamRecord.from_json(rec.to_json())
+            epoch = nxt.new_epoch(sealed, ranges, int(op["ms"]))
             created = [s for s in epoch.segments if s >> 32 == epoch.epoch]
-            await self._create_segments(rec, created, int(op["ms"]))
+            await self._create_segments(nxt, created, int(op["ms"]))
             # Successors are known (and exist) before any writer can see a sealed segment.
-            rec.pending = {"op": "seal", "segments": sealed}
-            await self.md.put_stream(rec)
-            return await self._finish(rec)
+            nxt.pending = {"op": "seal", "segments": sealed}
+            await self.md.put_stream(nxt)
+            return await self._finish(nxt)
         if kind == "seal":
             targets = op.get("segments")
             ids = [int(s) for s in targets] if targets is not None else rec.current.segments
@@ -318,6 +327,8 @@ class Streams:
     async def _seal(self, name: str) -> int:
         try:
             return await self.store.seal(name)
+        except SegmentSealed:  # sealed before a crash: done
+            return self.store.info(name).length
         except SegmentNotFound:
             return 0
 
