@@ -15,10 +15,6 @@ from typing import Protocol
 
 import pytest
 
-# Servers started by tests run no gRPC controller unless a test asks for one (with
-# --controller-port 0): the default port 9090 would clash between concurrent test runs.
-os.environ.setdefault("SEGMENTSTORE_CONTROLLER_PORT", "-1")
-
 READY = re.compile(r"listening on ([0-9.]+):(\d+)")
 METRICS = re.compile(r"metrics on http://([0-9.]+):(\d+)/metrics")
 
@@ -56,6 +52,10 @@ class ServerProcess:
             str(self.http_port),
             "--log-level",
             "INFO",
+            # No gRPC controller unless a test asks for one (its default port 9090 would
+            # clash between concurrent runs); a later --controller-port in extra_args wins.
+            "--controller-port",
+            "-1",
             *self.extra_args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)

@@ -87,7 +87,13 @@ class Server:
         return server
 
     async def _start_controller(self) -> None:
-        from ..controller.controller import Controller, ControllerSettings
+        try:
+            from ..controller.controller import Controller, ControllerSettings
+        except ImportError as e:
+            raise StartupError(
+                f"the controller needs grpcio and protobuf ({e}): pip install -e '.[server]', "
+                "or run with --controller-port -1"
+            ) from e
 
         c = self.config
         host = self.address[0] if self.address[0] not in ("0.0.0.0", "::", "") else "127.0.0.1"
