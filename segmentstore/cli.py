@@ -60,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--http-port", type=int, help="Prometheus /metrics port (default 9091; -1 disables)"
     )
+    s.add_argument(
+        "--controller-port",
+        type=int,
+        help="Pravega gRPC controller port (default 9090, Pravega's; 0 = any; -1 disables)",
+    )
     s.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     s.add_argument("--containers", type=int, help="segment containers (default 1)")
     s.add_argument(

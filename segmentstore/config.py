@@ -50,6 +50,12 @@ class ServerConfig:
     frame_timeout_s: float = 30.0  # a frame must complete within this of its first byte
     write_stall_timeout_s: float = 60.0  # queued replies must start draining within this
     fd_reserve: int = 0  # fds kept for storage and metrics; 0 = max(64, 1/8 of the limit)
+    # The Pravega gRPC controller (segmentstore/controller): port 9090 as Pravega's, -1 = off.
+    controller_port: int = 9090
+    controller_tick_s: float = 1.0  # lease expiry, retention and auto-scale checks
+    controller_rate_window_s: float = 120.0  # decaying average of segment rates
+    controller_scale_cooldown_s: float = 60.0  # minimum segment age before auto-scaling it
+    controller_retention_interval_s: float = 60.0  # how often retention takes a stream cut
 
     def validate(self) -> ServerConfig:
         if self.fsync not in FSYNC_MODES:
@@ -64,6 +70,10 @@ class ServerConfig:
             raise ConfigError("read cache size must be 0 (automatic) or more MiB")
         if self.direct_io not in ("on", "off"):
             raise ConfigError(f"direct_io must be on or off, not {self.direct_io!r}")
+        if not -1 <= self.controller_port <= 65535:
+            raise ConfigError(f"controller port {self.controller_port} out of range")
+        if min(self.controller_tick_s, self.controller_rate_window_s) <= 0:
+            raise ConfigError("controller tick and rate window must be positive")
         if self.tail_read_timeout_s <= 0:
             raise ConfigError("tail read timeout must be positive")
         for name in ("hello_timeout_s", "frame_timeout_s", "write_stall_timeout_s"):

@@ -71,6 +71,10 @@ class ServerProcess:
             str(self.http_port),
             "--log-level",
             "INFO",  # the ready line is logged at INFO
+            # No gRPC controller unless asked (its default port 9090 would clash between
+            # servers running at once); a --controller-port in extra_args wins.
+            "--controller-port",
+            "-1",
             *self.extra_args,
         ]
 

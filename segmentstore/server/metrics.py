@@ -71,6 +71,7 @@ class Metrics:
         self.fsync_latency = Histogram(LATENCY_BUCKETS)
         self.commit_batch = Histogram(BATCH_BUCKETS)
         self.store_stats: Callable[[], dict[str, float]] = dict
+        self.controller_stats: Callable[[], dict[str, Any]] | None = None  # set when enabled
 
     def on_commit(self, records: int, fsync_seconds: float) -> None:
         self.commit_batch.observe(records)
@@ -126,6 +127,10 @@ class _Collector:
         yield GaugeMetricFamily(
             p + "log_size_bytes", "Bytes in the write-ahead log", value=stats.get("log_bytes", 0)
         )
+        if m.controller_stats is not None:
+            from ..controller.metrics import controller_families
+
+            yield from controller_families(m.controller_stats())
         for name, hist, doc in (
             ("append_latency_seconds", m.append_latency, "Append received to acknowledged"),
             ("fsync_duration_seconds", m.fsync_latency, "Duration of one log write+fsync"),

@@ -41,6 +41,8 @@ from .resources import (
 from .segment_handlers import SEGMENT_HANDLERS
 from .table_handlers import TABLE_HANDLERS
 
+__all__ = ["Server", "StartupError", "run"]
+
 log = logging.getLogger("segmentstore.server")
 
 SHUTDOWN_DRAIN_SECONDS = 10.0
@@ -74,6 +76,7 @@ class Server:
         self._metrics_server: Any = None
         self._background: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
+        self.controller: Any = None  # segmentstore.controller.controller.Controller, if enabled
 
     @classmethod
     async def start(cls, config: ServerConfig) -> Server:
@@ -129,7 +132,33 @@ class Server:
             await store.close()
             raise
         server.start_sweeper()
+        if config.controller_port >= 0:
+            try:
+                await server._start_controller()
+            except BaseException:
+                await server.shutdown()
+                raise
         return server
+
+    async def _start_controller(self) -> None:
+        try:
+            from ..controller.controller import Controller, ControllerSettings
+        except ImportError as e:
+            raise StartupError(
+                f"the controller needs grpcio and protobuf ({e}): pip install -e '.[server]', "
+                "or run with --controller-port -1"
+            ) from e
+
+        c = self.config
+        host = self.address[0] if self.address[0] not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        settings = ControllerSettings(
+            c.host, c.controller_port, c.controller_tick_s, c.controller_rate_window_s,
+            c.controller_scale_cooldown_s, c.controller_retention_interval_s,
+        )  # fmt: skip
+        self.controller = await Controller.start(
+            self.ctx.store, self.ctx.tables, settings, (host, self.address[1])
+        )
+        self.ctx.metrics.controller_stats = self.controller.stats
 
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
@@ -210,8 +239,13 @@ class Server:
             if self.metrics_port is not None
             else "metrics disabled"
         )
+        controller = (
+            f"controller on tcp://{self.config.host}:{self.controller.port}"
+            if self.controller is not None
+            else "controller disabled"
+        )
         return (
-            f"segmentstore ready: listening on {host}:{port}, {metrics}, "
+            f"segmentstore ready: listening on {host}:{port}, {metrics}, {controller}, "
             f"fsync={self.config.fsync}, data dir {self.config.data_dir.resolve()}, "
             f"recovery {self.ctx.metrics.recovery_seconds:.3f}s"
         )
@@ -229,6 +263,8 @@ class Server:
             self._listener.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self.controller is not None:
+            await self.controller.stop()
         for conn in list(self.connections):
             if conn.transport is not None and not conn.closed:
                 conn.transport.pause_reading()

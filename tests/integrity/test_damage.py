@@ -208,7 +208,7 @@ CASES = [
 
 def _serve(data_dir: Path) -> subprocess.Popen[str]:
     args = [sys.executable, "-m", "segmentstore", "serve", "--data-dir", str(data_dir)]
-    args += ["--port", "0", "--http-port", "-1", "--host", "127.0.0.1"]
+    args += ["--port", "0", "--http-port", "-1", "--controller-port", "-1", "--host", "127.0.0.1"]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

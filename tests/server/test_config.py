@@ -81,6 +81,7 @@ def run_serve(
 ) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("SEGMENTSTORE_")}
     cmd = [sys.executable, "-m", "segmentstore", "serve", "--port", "0", "--http-port", "0"]
+    cmd += ["--controller-port", "-1"]
     cmd += ["--data-dir", str(tmp_path / "data"), *args]
     return subprocess.run(cmd, env={**base, **env}, capture_output=True, text=True, timeout=30)
 

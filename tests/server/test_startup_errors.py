@@ -33,7 +33,16 @@ def serve(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("which", ["port", "http-port", "data-dir"])
 def test_startup_failure_is_one_line_and_exit_2(tmp_path: Path, busy_port: int, which: str) -> None:
-    args = ["--port", "0", "--http-port", "-1", "--data-dir", str(tmp_path / "data")]
+    args = [
+        "--port",
+        "0",
+        "--http-port",
+        "-1",
+        "--controller-port",
+        "-1",
+        "--data-dir",
+        str(tmp_path / "data"),
+    ]
     if which == "port":
         args[1] = str(busy_port)
         expected = f"cannot listen on 127.0.0.1:{busy_port}"

@@ -1,0 +1,393 @@
+"""The gRPC face of the controller: Pravega's ControllerService on ``grpc.aio``.
+
+Contract: each method converts protobuf messages to the model's types, calls ``Streams``
+or ``Transactions``, and answers with the status enum value the official clients expect.
+A malformed request (``BadRequest``) is answered with gRPC INVALID_ARGUMENT, an unknown
+stream where the reply has no status field with NOT_FOUND; the clients fail at once on
+both (they retry only UNAVAILABLE-like codes and FAILURE statuses). Every call is counted
+by method and outcome in ``rpc_counts``. Nothing here blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from .model import (
+    TXN_OPEN,
+    StreamConfig,
+    StreamRecord,
+    TxnRecord,
+    to_signed64,
+)
+from .proto import controller_pb2
+from .proto import controller_pb2_grpc as pb_grpc
+from .streams import BadRequest, Streams, now_ms
+from .transactions import Transactions, TxnNotFound
+
+pb: Any = controller_pb2  # generated, untyped (see pyproject's mypy overrides)
+
+log = logging.getLogger("segmentstore.controller")
+
+_R = TypeVar("_R")
+Ctx = Any  # grpc.aio.ServicerContext (grpc ships no type hints)
+
+
+def _counted(
+    fn: Callable[[Service, Any, Ctx], Awaitable[_R]],
+) -> Callable[[Service, Any, Ctx], Awaitable[_R]]:
+    name = fn.__name__
+
+    async def wrapper(self: Service, request: Any, context: Ctx) -> _R:
+        try:
+            reply = await fn(self, request, context)
+        except BadRequest as e:
+            self.rpc_counts[(name, "INVALID_ARGUMENT")] += 1
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            raise  # not reached: abort raises
+        except TxnNotFound as e:
+            self.rpc_counts[(name, "NOT_FOUND")] += 1
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"not found: {e}")
+            raise
+        except Exception as e:
+            if isinstance(e, grpc.aio.AbortError):
+                raise
+            log.exception("controller: %s failed", name)
+            self.rpc_counts[(name, "INTERNAL")] += 1
+            await context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+            raise
+        label = _status_label(reply)
+        self.rpc_counts[(name, label)] += 1
+        return reply
+
+    wrapper.__name__ = name
+    return wrapper
+
+
+def _status_label(reply: Any) -> str:
+    field = reply.DESCRIPTOR.fields_by_name.get("status")
+    if field is None or field.enum_type is None:
+        return "OK"
+    return str(field.enum_type.values_by_number[reply.status].name)
+
+
+def _config(msg: Any) -> StreamConfig:
+    sp, rp = msg.scalingPolicy, msg.retentionPolicy
+    return StreamConfig(
+        scale_type=sp.scaleType,
+        target_rate=sp.targetRate,
+        scale_factor=sp.scaleFactor,
+        min_segments=sp.minNumSegments,
+        retention_type=rp.retentionType,
+        retention_param=rp.retentionParam,
+        retention_max=rp.retentionMax,
+        tags=list(msg.tags.tag) if msg.HasField("tags") else None,
+    )
+
+
+def _cut(entries: Any) -> dict[int, int]:
+    return {int(k): int(v) for k, v in entries.items()}
+
+
+class Service(pb_grpc.ControllerServiceServicer):
+    def __init__(
+        self,
+        streams: Streams,
+        txns: Transactions,
+        endpoint: tuple[str, int],
+        self_uri: tuple[str, int],
+    ) -> None:
+        self.streams = streams
+        self.txns = txns
+        self.endpoint = endpoint  # the wire listener every segment is served from
+        self.self_uri = self_uri  # this controller
+        self.rpc_counts: Counter[tuple[str, str]] = Counter()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _info(self, rec: StreamRecord) -> Any:
+        return pb.StreamInfo(scope=rec.scope, stream=rec.stream)
+
+    def _range(self, rec: StreamRecord, sid: int) -> Any:
+        seg = rec.segments[sid]
+        return pb.SegmentRange(
+            segmentId=pb.SegmentId(streamInfo=self._info(rec), segmentId=sid),
+            minKey=seg.lo,
+            maxKey=seg.hi,
+        )
+
+    def _ranges(self, rec: StreamRecord, ids: list[int]) -> Any:
+        return pb.SegmentRanges(segmentRanges=[self._range(rec, s) for s in ids])
+
+    def _stream(self, info: Any) -> StreamRecord | None:
+        return self.streams.get(info.scope, info.stream)
+
+    def _txn(self, req: Any) -> TxnRecord:
+        info = req.streamInfo
+        return self.txns.find(info.scope, info.stream, req.txnId.highBits, req.txnId.lowBits)
+
+    # ------------------------------------------------------------------ scopes
+
+    @_counted
+    async def createScope(self, request: Any, context: Ctx) -> Any:
+        return pb.CreateScopeStatus(status=await self.streams.create_scope(request.scope))
+
+    @_counted
+    async def deleteScope(self, request: Any, context: Ctx) -> Any:
+        return pb.DeleteScopeStatus(status=await self.streams.delete_scope(request.scope))
+
+    @_counted
+    async def checkScopeExists(self, request: Any, context: Ctx) -> Any:
+        return pb.ExistsResponse(exists=request.scope in self.streams.md.scopes)
+
+    @_counted
+    async def listScopes(self, request: Any, context: Ctx) -> Any:
+        names, token = self.streams.list_scopes(request.continuationToken.token)
+        return pb.ScopesResponse(scopes=names, continuationToken=pb.ContinuationToken(token=token))
+
+    @_counted
+    async def listStreamsInScope(self, request: Any, context: Ctx) -> Any:
+        scope = request.scope.scope
+        if scope not in self.streams.md.scopes:
+            return pb.StreamsInScopeResponse(status="SCOPE_NOT_FOUND")
+        names, token = self.streams.list_streams(scope, request.continuationToken.token)
+        return pb.StreamsInScopeResponse(
+            streams=[pb.StreamInfo(scope=scope, stream=n) for n in names],
+            continuationToken=pb.ContinuationToken(token=token),
+        )
+
+    # ------------------------------------------------------------------ streams
+
+    @_counted
+    async def createStream(self, request: Any, context: Ctx) -> Any:
+        info = request.streamInfo
+        status = await self.streams.create_stream(info.scope, info.stream, _config(request))
+        return pb.CreateStreamStatus(status=status)
+
+    @_counted
+    async def updateStream(self, request: Any, context: Ctx) -> Any:
+        info = request.streamInfo
+        status = await self.streams.update_stream(info.scope, info.stream, _config(request))
+        return pb.UpdateStreamStatus(status=status)
+
+    @_counted
+    async def sealStream(self, request: Any, context: Ctx) -> Any:
+        if self._stream(request) is not None:
+            await self.txns.abort_open(request.scope, request.stream)
+        status = await self.streams.seal_stream(request.scope, request.stream)
+        return pb.UpdateStreamStatus(status=status)
+
+    @_counted
+    async def deleteStream(self, request: Any, context: Ctx) -> Any:
+        status = await self.streams.delete_stream(request.scope, request.stream)
+        return pb.DeleteStreamStatus(status=status)
+
+    @_counted
+    async def truncateStream(self, request: Any, context: Ctx) -> Any:
+        info = request.streamInfo
+        if info.scope not in self.streams.md.scopes:
+            return pb.UpdateStreamStatus(status="SCOPE_NOT_FOUND")
+        status = await self.streams.truncate(info.scope, info.stream, _cut(request.cut))
+        return pb.UpdateStreamStatus(status=status)
+
+    @_counted
+    async def checkStreamExists(self, request: Any, context: Ctx) -> Any:
+        return pb.ExistsResponse(exists=self._stream(request) is not None)
+
+    @_counted
+    async def getStreamConfiguration(self, request: Any, context: Ctx) -> Any:
+        rec = self._stream(request)
+        if rec is None:
+            raise TxnNotFound(f"stream {request.scope}/{request.stream}")
+        c = rec.config
+        msg = pb.StreamConfig(
+            streamInfo=self._info(rec),
+            scalingPolicy=pb.ScalingPolicy(
+                scaleType=c.scale_type,
+                targetRate=c.target_rate,
+                scaleFactor=c.scale_factor,
+                minNumSegments=c.min_segments,
+            ),
+            retentionPolicy=pb.RetentionPolicy(
+                retentionType=c.retention_type,
+                retentionParam=c.retention_param,
+                retentionMax=c.retention_max,
+            ),
+        )
+        if c.tags is not None:
+            msg.tags.tag.extend(c.tags)
+        return msg
+
+    # ------------------------------------------------------------------ segments
+
+    @_counted
+    async def getCurrentSegments(self, request: Any, context: Ctx) -> Any:
+        rec = self._stream(request)
+        if rec is None or rec.state != "active":
+            return pb.SegmentRanges()  # empty = sealed (or gone), as the clients read it
+        return self._ranges(rec, rec.current.segments)
+
+    @_counted
+    async def getEpochSegments(self, request: Any, context: Ctx) -> Any:
+        rec = self._stream(request.streamInfo)
+        epoch = None if rec is None else rec.epoch(request.epoch)
+        if rec is None or epoch is None:
+            raise BadRequest(f"no epoch {request.epoch} in stream {request.streamInfo.stream}")
+        return self._ranges(rec, epoch.segments)
+
+    @_counted
+    async def getSegments(self, request: Any, context: Ctx) -> Any:
+        rec = self._stream(request.streamInfo)
+        if rec is None:
+            raise TxnNotFound(f"stream {request.streamInfo.scope}/{request.streamInfo.stream}")
+        cut = self.streams.segments_at(rec, request.timestamp)
+        info = self._info(rec)
+        return pb.SegmentsAtTime(
+            segments=[
+                pb.SegmentsAtTime.SegmentLocation(
+                    segmentId=pb.SegmentId(streamInfo=info, segmentId=s), offset=off
+                )
+                for s, off in sorted(cut.items())
+            ]
+        )
+
+    async def _successors(self, request: Any) -> Any:
+        rec = self._stream(request.streamInfo)
+        if rec is None:
+            return pb.SuccessorResponse()
+        return pb.SuccessorResponse(
+            segments=[
+                pb.SuccessorResponse.SegmentEntry(segment=self._range(rec, s), value=preds)
+                for s, preds in sorted(rec.successors(request.segmentId).items())
+            ]
+        )
+
+    @_counted
+    async def getSegmentsImmediatelyFollowing(self, request: Any, context: Ctx) -> Any:
+        return await self._successors(request)
+
+    @_counted
+    async def getSegmentsImmediatlyFollowing(self, request: Any, context: Ctx) -> Any:
+        return await self._successors(request)
+
+    @_counted
+    async def getSegmentsBetween(self, request: Any, context: Ctx) -> Any:
+        rec = self._stream(request.streamInfo)
+        if rec is None:
+            raise TxnNotFound(f"stream {request.streamInfo.scope}/{request.streamInfo.stream}")
+        start, end = _cut(getattr(request, "from")), _cut(request.to)
+        for cut in (start, end):
+            if cut and not rec.valid_cut(cut):
+                raise BadRequest("not a valid stream cut")
+        info = self._info(rec)
+        return pb.StreamCutRangeResponse(
+            segments=[
+                pb.SegmentId(streamInfo=info, segmentId=s)
+                for s in self.streams.segments_between(rec, start, end)
+            ]
+        )
+
+    @_counted
+    async def isSegmentValid(self, request: Any, context: Ctx) -> Any:
+        rec = self._stream(request.streamInfo)
+        ok = rec is not None and rec.state == "active" and request.segmentId in rec.current.segments
+        return pb.SegmentValidityResponse(response=ok)
+
+    @_counted
+    async def isStreamCutValid(self, request: Any, context: Ctx) -> Any:
+        rec = self._stream(request.streamInfo)
+        return pb.StreamCutValidityResponse(
+            response=rec is not None and rec.valid_cut(_cut(request.cut))
+        )
+
+    @_counted
+    async def getURI(self, request: Any, context: Ctx) -> Any:
+        # One store serves every segment, including ones the controller never made (the
+        # official client's reader-group tables).
+        return pb.NodeUri(endpoint=self.endpoint[0], port=self.endpoint[1])
+
+    @_counted
+    async def getControllerServerList(self, request: Any, context: Ctx) -> Any:
+        return pb.ServerResponse(
+            nodeURI=[pb.NodeUri(endpoint=self.self_uri[0], port=self.self_uri[1])]
+        )
+
+    @_counted
+    async def getDelegationToken(self, request: Any, context: Ctx) -> Any:
+        return pb.DelegationToken(delegationToken="")  # auth is off: the empty token
+
+    # ------------------------------------------------------------------ scaling
+
+    @_counted
+    async def scale(self, request: Any, context: Ctx) -> Any:
+        info = request.streamInfo
+        ranges = [(r.start, r.end) for r in request.newKeyRanges]
+        status, rec = await self.streams.scale(
+            info.scope, info.stream, list(request.sealedSegments), ranges
+        )
+        if rec is None:
+            return pb.ScaleResponse(status=status)
+        cur = rec.current
+        created = [s for s in cur.segments if s >> 32 == cur.epoch]
+        return pb.ScaleResponse(
+            status=status,
+            segments=[self._range(rec, s) for s in created],
+            epoch=cur.epoch,
+        )
+
+    @_counted
+    async def checkScale(self, request: Any, context: Ctx) -> Any:
+        rec = self._stream(request.streamInfo)
+        if rec is None or not 0 <= request.epoch < len(rec.epochs):
+            return pb.ScaleStatusResponse(status="INVALID_INPUT")
+        # Scales finish before ``scale`` answers, except while a crash is being recovered.
+        busy = rec.pending is not None and request.epoch == len(rec.epochs) - 1
+        return pb.ScaleStatusResponse(status="IN_PROGRESS" if busy else "SUCCESS")
+
+    # ------------------------------------------------------------------ transactions
+
+    @_counted
+    async def createTransaction(self, request: Any, context: Ctx) -> Any:
+        info = request.streamInfo
+        txn, rec = await self.txns.create(info.scope, info.stream, request.lease)
+        return pb.CreateTxnResponse(
+            txnId=pb.TxnId(highBits=to_signed64(txn.high), lowBits=to_signed64(txn.low)),
+            activeSegments=[self._range(rec, s) for s in txn.segments],
+        )
+
+    async def _end_txn(self, request: Any, action: Callable[[TxnRecord], Awaitable[str]]) -> Any:
+        if self._stream(request.streamInfo) is None:
+            return pb.TxnStatus(status="STREAM_NOT_FOUND")
+        try:
+            txn = self._txn(request)
+        except TxnNotFound:
+            return pb.TxnStatus(status="TRANSACTION_NOT_FOUND")
+        return pb.TxnStatus(status=await action(txn))
+
+    @_counted
+    async def commitTransaction(self, request: Any, context: Ctx) -> Any:
+        return await self._end_txn(request, self.txns.commit)
+
+    @_counted
+    async def abortTransaction(self, request: Any, context: Ctx) -> Any:
+        return await self._end_txn(request, self.txns.abort)
+
+    @_counted
+    async def pingTransaction(self, request: Any, context: Ctx) -> Any:
+        try:
+            txn = self._txn(request)
+        except TxnNotFound:
+            return pb.PingTxnStatus(status="UNKNOWN")
+        return pb.PingTxnStatus(status=await self.txns.ping(txn, request.lease))
+
+    @_counted
+    async def checkTransactionState(self, request: Any, context: Ctx) -> Any:
+        txn = self._txn(request)  # unknown: NOT_FOUND (UNKNOWN would make the client retry)
+        return pb.TxnState(state=txn.state)
+
+
+__all__ = ["TXN_OPEN", "Service", "now_ms"]

@@ -1,0 +1,119 @@
+"""The gRPC API directly (grpcio stubs from this project's .proto): paging, existence
+checks, endpoints, tokens, and bad requests that must leave no metadata behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from segmentstore.controller.proto import controller_pb2 as pb
+
+from .conftest import Ctl, create_stream, stream_info
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _pages(call: Any, make: Any, field: str) -> list[list[Any]]:
+    pages, token = [], ""
+    for _ in range(100):  # bounded
+        reply = call(make(token))
+        items = list(getattr(reply, field))
+        if not items:
+            return pages
+        assert reply.continuationToken.token  # a non-empty page carries a token
+        pages.append(items)
+        token = reply.continuationToken.token
+    raise AssertionError("paging did not end")
+
+
+def test_listing_pages_and_existence(ctl: Ctl) -> None:
+    stub = ctl.stub()
+    for i in range(130):
+        assert (
+            stub.createScope(pb.ScopeInfo(scope=f"s{i:03d}")).status == pb.CreateScopeStatus.SUCCESS
+        )
+    pages = _pages(
+        stub.listScopes,
+        lambda t: pb.ScopesRequest(continuationToken=pb.ContinuationToken(token=t)),
+        "scopes",
+    )
+    assert [len(p) for p in pages] == [100, 30]
+    assert [x for p in pages for x in p] == [f"s{i:03d}" for i in range(130)]
+    for i in range(5):
+        create_stream(stub, "s000", f"st{i}", 1)
+    pages = _pages(
+        stub.listStreamsInScope,
+        lambda t: pb.StreamsInScopeRequest(
+            scope=pb.ScopeInfo(scope="s000"), continuationToken=pb.ContinuationToken(token=t)
+        ),
+        "streams",
+    )
+    assert [s.stream for s in [x for p in pages for x in p]] == [f"st{i}" for i in range(5)]
+    missing = stub.listStreamsInScope(pb.StreamsInScopeRequest(scope=pb.ScopeInfo(scope="nope")))
+    assert missing.status == pb.StreamsInScopeResponse.SCOPE_NOT_FOUND
+    assert stub.checkScopeExists(pb.ScopeInfo(scope="s001")).exists
+    assert not stub.checkScopeExists(pb.ScopeInfo(scope="zzz")).exists
+    assert stub.checkStreamExists(stream_info("s000", "st1")).exists
+    assert not stub.checkStreamExists(stream_info("s000", "st9")).exists
+
+
+def test_endpoints_and_tokens(ctl: Ctl) -> None:
+    stub = ctl.stub()
+    uri = stub.getURI(pb.SegmentId(streamInfo=stream_info("any", "rg_kvtable"), segmentId=0))
+    assert (uri.endpoint, uri.port) == ("127.0.0.1", ctl.server.port)
+    servers = stub.getControllerServerList(pb.ServerRequest()).nodeURI
+    assert [(n.endpoint, n.port) for n in servers] == [
+        ("127.0.0.1", int(ctl.uri.rsplit(":", 1)[1]))
+    ]
+    assert stub.getDelegationToken(stream_info("a", "b")).delegationToken == ""
+
+
+def test_bad_requests_leave_nothing_behind(ctl: Ctl) -> None:
+    stub = ctl.stub()
+    stub.createScope(pb.ScopeInfo(scope="b"))
+    info = stream_info("b", "s")
+    for policy in (
+        pb.ScalingPolicy(minNumSegments=0),
+        pb.ScalingPolicy(minNumSegments=5000),
+        pb.ScalingPolicy(
+            scaleType=pb.ScalingPolicy.BY_RATE_IN_EVENTS_PER_SEC,
+            targetRate=0,
+            scaleFactor=2,
+            minNumSegments=1,
+        ),
+    ):
+        with pytest.raises(grpc.RpcError) as e:
+            stub.createStream(pb.StreamConfig(streamInfo=info, scalingPolicy=policy))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert not stub.checkStreamExists(info).exists
+    bad_retention = pb.StreamConfig(
+        streamInfo=info,
+        scalingPolicy=pb.ScalingPolicy(minNumSegments=1),
+        retentionPolicy=pb.RetentionPolicy(
+            retentionType=pb.RetentionPolicy.SIZE, retentionParam=-5
+        ),
+    )
+    with pytest.raises(grpc.RpcError):
+        stub.createStream(bad_retention)
+    assert stub.deleteScope(pb.ScopeInfo(scope="b")).status == pb.DeleteScopeStatus.SUCCESS
+    # Status values of the update path.
+    cfg = pb.StreamConfig(streamInfo=info, scalingPolicy=pb.ScalingPolicy(minNumSegments=1))
+    assert stub.updateStream(cfg).status == pb.UpdateStreamStatus.SCOPE_NOT_FOUND
+    create_stream(stub, "b", "s", 1)
+    tagged = pb.StreamConfig(
+        streamInfo=info, scalingPolicy=pb.ScalingPolicy(minNumSegments=1), tags=pb.Tags(tag=["t1"])
+    )
+    assert stub.updateStream(tagged).status == pb.UpdateStreamStatus.SUCCESS
+    assert list(stub.getStreamConfiguration(info).tags.tag) == ["t1"]
+    missing = pb.StreamConfig(
+        streamInfo=stream_info("b", "x"), scalingPolicy=pb.ScalingPolicy(minNumSegments=1)
+    )
+    assert stub.updateStream(missing).status == pb.UpdateStreamStatus.STREAM_NOT_FOUND
+    assert stub.sealStream(info).status == pb.UpdateStreamStatus.SUCCESS
+    assert stub.updateStream(cfg).status == pb.UpdateStreamStatus.STREAM_SEALED
+    assert list(stub.getCurrentSegments(info).segmentRanges) == []  # sealed: no current segments
+    with pytest.raises(grpc.RpcError) as e:
+        stub.getStreamConfiguration(stream_info("b", "x"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
