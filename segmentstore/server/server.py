@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -141,23 +143,38 @@ class Server:
         return server
 
     async def _start_controller(self) -> None:
+        c = self.config
+        # gRPC's C core logs bind failures on stderr itself; the one line below says it all.
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+        if c.controller_port > 0:
+            try:
+                with socket.socket() as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    probe.bind((c.host, c.controller_port))
+            except OSError as e:
+                raise StartupError(
+                    f"cannot listen on {c.host}:{c.controller_port} for the controller: {_why(e)}"
+                ) from e
         try:
             from ..controller.controller import Controller, ControllerSettings
+            from ..controller.errors import ControllerError
         except ImportError as e:
             raise StartupError(
                 f"the controller needs grpcio and protobuf ({e}): pip install -e '.[server]', "
                 "or run with --controller-port -1"
             ) from e
 
-        c = self.config
         host = self.address[0] if self.address[0] not in ("0.0.0.0", "::", "") else "127.0.0.1"
         settings = ControllerSettings(
             c.host, c.controller_port, c.controller_tick_s, c.controller_rate_window_s,
             c.controller_scale_cooldown_s, c.controller_retention_interval_s,
         )  # fmt: skip
-        self.controller = await Controller.start(
-            self.ctx.store, self.ctx.tables, settings, (host, self.address[1])
-        )
+        try:
+            self.controller = await Controller.start(
+                self.ctx.store, self.ctx.tables, settings, (host, self.address[1])
+            )
+        except ControllerError as e:
+            raise StartupError(str(e)) from e
         self.ctx.metrics.controller_stats = self.controller.stats
 
     async def _listen(self) -> None:

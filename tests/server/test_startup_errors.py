@@ -31,7 +31,7 @@ def serve(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("which", ["port", "http-port", "data-dir"])
+@pytest.mark.parametrize("which", ["port", "http-port", "controller-port", "data-dir"])
 def test_startup_failure_is_one_line_and_exit_2(tmp_path: Path, busy_port: int, which: str) -> None:
     args = [
         "--port",
@@ -49,6 +49,9 @@ def test_startup_failure_is_one_line_and_exit_2(tmp_path: Path, busy_port: int, 
     elif which == "http-port":
         args[3] = str(busy_port)
         expected = f"cannot serve metrics on 127.0.0.1:{busy_port}"
+    elif which == "controller-port":
+        args[5] = str(busy_port)
+        expected = f"cannot listen on 127.0.0.1:{busy_port} for the controller"
     else:
         (tmp_path / "data").write_text("a file where the data dir should be")
         expected = "cannot open the data dir"
