@@ -35,9 +35,10 @@ from __future__ import annotations
 from typing import Any
 
 from .codec import CodecError
+from .commit import WriteIdReused, WriteReport
 from .foreach import partition_writer
 from .options import OptionError, ReadOptions, WriteOptions
-from .writer import PartitionCommit, WriteAborted, WriteReport
+from .writer import PartitionCommit, WriteAborted, WriteFenced
 
 try:
     from .datasource import FORMAT_NAME, SegmentStoreDataSource
@@ -77,6 +78,8 @@ __all__ = [
     "SegmentStoreStreamReader",
     "SegmentStoreStreamWriter",
     "WriteAborted",
+    "WriteFenced",
+    "WriteIdReused",
     "WriteOptions",
     "WriteReport",
     "partition_writer",

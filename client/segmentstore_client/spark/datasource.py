@@ -25,7 +25,9 @@ from pyspark.sql.types import StructType
 
 from ..errors import SegmentStoreError
 from .codec import schema_json_of
-from .options import OptionError, ReadOptions, WriteOptions, write_identity
+from .commit import abort_write, commit_write
+from .connect import open_client
+from .options import OptionError, ReadOptions, WriteOptions, marker_of, write_identity
 from .reader import (
     RAW_SCHEMA,
     RECORDS_SCHEMA,
@@ -34,15 +36,7 @@ from .reader import (
     with_offset_columns,
 )
 from .streaming import SegmentStoreStreamReader, SegmentStoreStreamWriter
-from .writer import (
-    PartitionCommit,
-    WriteAborted,
-    WriteJob,
-    abort_write,
-    arrow_groups,
-    commit_write,
-    write_partition,
-)
+from .writer import PartitionCommit, WriteAborted, WriteJob, arrow_groups, write_partition
 
 FORMAT_NAME = "segmentstore"
 
@@ -50,9 +44,7 @@ FORMAT_NAME = "segmentstore"
 def prepare_targets(options: WriteOptions) -> None:
     """On the driver, before any task: create the target segments (``create``, the
     default) or check that they exist, so a wrong endpoint or name fails the write early."""
-    from ..sync import connect as sync_connect
-
-    client = sync_connect(options.endpoint)
+    client = open_client(options.endpoint, options.timeouts)
     try:
         for seg in options.segments:
             if options.create:
@@ -61,6 +53,20 @@ def prepare_targets(options: WriteOptions) -> None:
                 client.segment_info(seg)
     finally:
         client.close()
+
+
+def select_columns(schema: StructType, columns: tuple[str, ...] | None) -> StructType:
+    """``schema`` reduced to ``columns`` (in that order; names case-insensitive)."""
+    if columns is None:
+        return schema
+    by_name = {f.name.lower(): f for f in schema.fields}
+    missing = [c for c in columns if c.lower() not in by_name]
+    if missing:
+        raise OptionError(
+            f"option 'columns': {', '.join(map(repr, missing))} not in the data "
+            f"(columns: {', '.join(schema.names)})"
+        )
+    return StructType([by_name[c.lower()] for c in columns])
 
 
 class SegmentStoreWriter(DataSourceArrowWriter):  # type: ignore[misc]
@@ -117,31 +123,42 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
 
     def schema(self) -> StructType | str:
         """The read schema when none is given: fixed for ``raw``/``records``, the
-        ``schema`` option's DDL, or the Spark schema stored with the first event."""
+        ``schema`` option's DDL, or the Spark schema stored with the first event; only
+        the ``columns`` when that option is given (column pruning)."""
         opts = ReadOptions.parse(self.options)
         if opts.output == "raw":
-            return RAW_SCHEMA
+            return select_columns(RAW_SCHEMA, opts.columns)
         if opts.output == "records":
-            return RECORDS_SCHEMA
+            return select_columns(RECORDS_SCHEMA, opts.columns)
         if opts.schema_ddl:
+            if opts.columns is not None:
+                raise OptionError("give either 'schema' or 'columns', not both")
             extra = ", _segment STRING NOT NULL, _offset BIGINT NOT NULL"
             return opts.schema_ddl + (extra if opts.offset_columns else "")
-        inferred = infer_schema(opts)
-        return with_offset_columns(inferred) if opts.offset_columns else inferred
+        schema = select_columns(infer_schema(opts), opts.columns)
+        return with_offset_columns(schema) if opts.offset_columns else schema
 
     def reader(self, schema: StructType) -> SegmentStoreReader:
         """The batch reader."""
         return SegmentStoreReader(ReadOptions.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> SegmentStoreWriter:
-        """The batch writer of one write (its identity is fixed here, on the driver)."""
-        if overwrite:
-            raise OptionError("the segmentstore sink appends; use .mode('append')")
+        """The batch writer of one run of a write (identity and run fixed here, on the
+        driver). ``mode("overwrite")`` stages the write and replaces the targets'
+        contents atomically on commit (see :mod:`.commit`)."""
         opts = WriteOptions.parse(self.options)
         prepare_targets(opts)
-        identity = write_identity(opts.write_id)
-        scope = f"write|{identity}" if opts.write_id is not None else None
-        return SegmentStoreWriter(WriteJob(opts, identity, schema_json_of(schema), scope, 0))
+        identity = write_identity(opts.write_id, opts.write_version)
+        scope, seq = marker_of(opts.write_id, opts.write_version, identity)
+        job = WriteJob(
+            opts,
+            identity,
+            schema_json_of(schema),
+            scope if opts.write_id is not None else None,
+            seq,
+            overwrite=overwrite,
+        )
+        return SegmentStoreWriter(job)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> SegmentStoreStreamWriter:
         """The streaming sink (exactly once per micro-batch)."""

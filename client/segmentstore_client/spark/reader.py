@@ -35,10 +35,10 @@ from pyspark.sql.types import (
 )
 
 from .. import records
+from ..admin import SegmentInfo
 from ..errors import CorruptRecord
 from ..reader import Event
 from ..sync import SyncClient
-from ..sync import connect as sync_connect
 from .codec import (
     ARROW_CONTENT_TYPE,
     CONTENT_TYPE_HEADER,
@@ -46,6 +46,7 @@ from .codec import (
     SCHEMA_HEADER,
     CodecError,
     RowsToArrow,
+    check_lossless,
     conform,
     decode_arrow,
     decode_rows,
@@ -53,7 +54,8 @@ from .codec import (
     spark_arrow_schema,
     spark_schema_of_arrow,
 )
-from .options import ReadOptions
+from .connect import open_client
+from .options import BASE_ATTRIBUTE, ReadOptions
 from .raw import plan_ranges
 
 log = logging.getLogger("segmentstore_client.spark")
@@ -112,8 +114,8 @@ def with_offset_columns(schema: StructType) -> StructType:
 
 
 def connect(options: ReadOptions) -> SyncClient:
-    """A blocking SDK client for ``options.endpoint``."""
-    return sync_connect(options.endpoint)
+    """A blocking SDK client for ``options.endpoint``, bounded by the read's timeouts."""
+    return open_client(options.endpoint, options.timeouts)
 
 
 # --- decoding ----------------------------------------------------------------------------
@@ -218,7 +220,11 @@ class EventDecoder:
         key = schema_header or b""
         build = self._msgpack.get(key)
         if build is None:
-            names = schema_from_json(key.decode()).names if key else None
+            names = None
+            if key:
+                written = schema_from_json(key.decode())
+                check_lossless(spark_arrow_schema(written), self.data_target)
+                names = written.names
             build = self._msgpack[key] = RowsToArrow(self.data_schema, names)
         return build
 
@@ -270,9 +276,21 @@ def read_range(
 # --- planning ----------------------------------------------------------------------------
 
 
+MIN_PARTITION_BYTES: Final = 1 << 20
+"""``minPartitions`` never cuts pieces smaller than this (a task has fixed costs)."""
+
+
+def readable_start(client: SyncClient, segment: str, info: SegmentInfo) -> int:
+    """Where a segment's current contents start: its start offset, or the base an
+    overwrite set atomically with merging the new contents (see :mod:`.commit`)."""
+    base = client.get_attribute(segment, BASE_ATTRIBUTE)
+    return max(info.start_offset, base or 0)
+
+
 def plan_partitions(options: ReadOptions) -> list[SegmentRange]:
     """The read's partitions: each segment's readable range, cut at event boundaries
-    into pieces of about ``partition_bytes``.
+    into pieces of at most ``partitionBytes``, and small enough that there are at least
+    ``minPartitions`` of them when the data allows (pieces of at least 1 MiB).
 
     Example::
 
@@ -281,18 +299,25 @@ def plan_partitions(options: ReadOptions) -> list[SegmentRange]:
     parts: list[SegmentRange] = []
     client = connect(options)
     try:
+        spans: list[tuple[str, int, int]] = []
         for seg in options.segments:
             info = client.segment_info(seg)
-            start = max(info.start_offset, options.start_offset or 0)
+            start = max(readable_start(client, seg, info), options.start_offset or 0)
             end = (
                 info.length if options.end_offset is None else min(info.length, options.end_offset)
             )
-            if end <= start:
-                continue
-            if end - start <= options.partition_bytes:
+            if end > start:
+                spans.append((seg, start, end))
+        total = sum(end - start for _, start, end in spans)
+        piece = min(
+            options.partition_bytes,
+            max(MIN_PARTITION_BYTES, -(-total // options.min_partitions)),
+        )
+        for seg, start, end in spans:
+            if end - start <= piece:
                 parts.append(SegmentRange(seg, start, end))
                 continue
-            for a, b in plan_ranges(client, seg, start, end, options.partition_bytes):
+            for a, b in plan_ranges(client, seg, start, end, piece):
                 parts.append(SegmentRange(seg, a, b))
     finally:
         client.close()
@@ -312,7 +337,7 @@ def infer_schema(options: ReadOptions) -> StructType:
     try:
         for seg in options.segments:
             info = client.segment_info(seg)
-            start = max(info.start_offset, options.start_offset or 0)
+            start = max(readable_start(client, seg, info), options.start_offset or 0)
             if info.length <= start:
                 continue
             reader = client.reader(seg, start, read_size=64 * 1024)
