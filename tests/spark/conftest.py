@@ -42,7 +42,7 @@ def spark() -> Iterator[Any]:
     top = Path(faulty.__file__).resolve().parents[len(faulty.__name__.split(".")) - 1]
     paths = [
         str(top),
-        str(top / "client"),
+        str(Path(__file__).resolve().parents[2] / "client"),
         *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
     ]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)

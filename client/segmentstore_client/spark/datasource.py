@@ -32,6 +32,7 @@ from .reader import (
     RAW_SCHEMA,
     RECORDS_SCHEMA,
     SegmentStoreReader,
+    check_read_schema,
     infer_schema,
     with_offset_columns,
 )
@@ -139,8 +140,11 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
         return with_offset_columns(schema) if opts.offset_columns else schema
 
     def reader(self, schema: StructType) -> SegmentStoreReader:
-        """The batch reader."""
-        return SegmentStoreReader(ReadOptions.parse(self.options), schema)
+        """The batch reader; a read schema that would lose information on a column the
+        data holds fails here, on the driver, before any task starts."""
+        opts = ReadOptions.parse(self.options)
+        check_read_schema(opts, schema)
+        return SegmentStoreReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> SegmentStoreWriter:
         """The batch writer of one run of a write (identity and run fixed here, on the

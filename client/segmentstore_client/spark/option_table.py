@@ -121,7 +121,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "columns",
         "read",
         "all",
-        "comma-separated columns to decode (column pruning; Spark 4 gives Python sources "
+        "comma-separated columns to read (column pruning: Spark 4 gives Python sources "
         "no pruning callback)",
     ),
     _o(

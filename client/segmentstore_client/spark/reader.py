@@ -230,12 +230,19 @@ class EventDecoder:
 
 
 def _decode_record(segment: str, event: Event) -> records.Record:
+    data = event.data
+    if len(data) < records.OVERHEAD or data[0] != records.FORMAT_VERSION:
+        # Not even a record's first byte: events written by something else, not damage.
+        raise CorruptRecord(
+            f"segment {segment!r} holds raw events (the event at offset {event.offset} is "
+            "not a record); read it with .option('output', 'raw')"
+        )
     try:
-        return records.decode(event.data)
+        return records.decode(data)
     except CorruptRecord as e:
         raise CorruptRecord(
             f"segment {segment!r}, event at offset {event.offset}: {e} "
-            "(read events that are not records with .option('output', 'raw'))"
+            "(if the segment holds raw events, read it with .option('output', 'raw'))"
         ) from e
 
 
@@ -354,6 +361,21 @@ def infer_schema(options: ReadOptions) -> StructType:
         f"cannot infer a schema: {', '.join(options.segments)} hold no events; give one "
         "with spark.read.schema(...) or .option('schema', 'a INT, b STRING')"
     )
+
+
+def check_read_schema(options: ReadOptions, schema: StructType) -> None:
+    """Raise :class:`CodecError` naming the first column of ``schema`` (a rows read)
+    that the data, as its first event describes it, holds with a type it cannot be read
+    as without losing information. Nothing to compare with (no events): no check here;
+    the tasks check every event anyway."""
+    if options.output != "rows":
+        return
+    try:
+        written = infer_schema(options)
+    except CodecError:
+        return
+    data = StructType([f for f in schema.fields if f.name not in OFFSET_COLUMNS])
+    check_lossless(spark_arrow_schema(written), spark_arrow_schema(data))
 
 
 def schema_of_event(segment: str, event: Event) -> StructType:
