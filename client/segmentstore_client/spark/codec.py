@@ -154,15 +154,26 @@ def _with_schema(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
 
-def decode_arrow(payload: bytes | memoryview) -> tuple[pa.Schema, list[pa.RecordBatch]]:
-    """The schema and record batches of one Arrow IPC stream payload.
+def decode_arrow(
+    payload: bytes | memoryview, columns: frozenset[str] | None = None
+) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """The schema and record batches of one Arrow IPC stream payload; with ``columns``
+    (lowercase names) only those columns are decoded (and decompressed).
 
     Example::
 
         schema, batches = decode_arrow(payload)
+        _, only_ids = decode_arrow(payload, frozenset({"id"}))
     """
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        buf = pa.py_buffer(payload)
+        reader = pa.ipc.open_stream(buf)
+        if columns is not None:
+            names = reader.schema.names
+            keep = [i for i, n in enumerate(names) if n.lower() in columns]
+            if len(keep) < len(names):
+                options = pa.ipc.IpcReadOptions(included_fields=keep)
+                reader = pa.ipc.open_stream(buf, options=options)
         batches = list(reader)
     except (pa.ArrowInvalid, OSError) as e:
         raise CodecError(f"not an Arrow IPC stream: {e}") from e

@@ -137,13 +137,18 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
             extra = ", _segment STRING NOT NULL, _offset BIGINT NOT NULL"
             return opts.schema_ddl + (extra if opts.offset_columns else "")
         schema = select_columns(infer_schema(opts), opts.columns)
-        return with_offset_columns(schema) if opts.offset_columns else schema
+        schema = with_offset_columns(schema) if opts.offset_columns else schema
+        # Spark pickles this instance after schema() and calls reader() on the copy: a
+        # read with this very schema needs no second look at the data to check it.
+        self._inferred = schema.json()
+        return schema
 
     def reader(self, schema: StructType) -> SegmentStoreReader:
         """The batch reader; a read schema that would lose information on a column the
         data holds fails here, on the driver, before any task starts."""
         opts = ReadOptions.parse(self.options)
-        check_read_schema(opts, schema)
+        if getattr(self, "_inferred", None) != schema.json():
+            check_read_schema(opts, schema)
         return SegmentStoreReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> SegmentStoreWriter:

@@ -140,6 +140,7 @@ class EventDecoder:
         self._extra = [n for n in OFFSET_COLUMNS if n in names] if output == "rows" else []
         self.data_schema = StructType([f for f in schema.fields if f.name not in self._extra])
         self.data_target = spark_arrow_schema(self.data_schema)
+        self._columns = frozenset(n.lower() for n in self.data_schema.names)
         self._msgpack: dict[bytes, RowsToArrow] = {}
 
     def decode(self, segment: str, events: Sequence[Event]) -> Iterator[pa.RecordBatch]:
@@ -187,7 +188,7 @@ class EventDecoder:
         ctype = rec.headers.get(CONTENT_TYPE_HEADER, b"").decode("utf-8", "replace")
         try:
             if ctype == ARROW_CONTENT_TYPE:
-                _, batches = decode_arrow(rec.value)
+                _, batches = decode_arrow(rec.value, self._columns)
                 out = [conform(b, self.data_target) for b in batches]
             elif ctype == MSGPACK_CONTENT_TYPE:
                 out = [self._rows_builder(rec.headers.get(SCHEMA_HEADER))(decode_rows(rec.value))]

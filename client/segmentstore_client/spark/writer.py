@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 
@@ -311,6 +311,11 @@ def _fenced(client: SyncClient, target: str, job: WriteJob) -> bool:
         return False
 
 
+FENCE_CHECK_INTERVAL: Final = 0.2
+"""Seconds between a direct write's fence checks (one round trip each): a stray attempt
+stops within this of the abort, which the abort's settle wait covers."""
+
+
 def _stop_if_fenced(client: SyncClient, target: str, job: WriteJob, partition: int) -> None:
     if _fenced(client, target, job):
         raise WriteFenced(
@@ -335,7 +340,8 @@ def write_partition(
     its rows are counted, for the driver's check of a repeated ``writeId``). An attempt
     of a run the driver has aborted (:func:`~.commit.abort_write` fences it) stops with
     :class:`WriteFenced`: it checks the fence after creating its transaction segment
-    (removing it if fenced) and before every group it writes. Example::
+    (removing it if fenced) and, writing directly to the target, every
+    :data:`FENCE_CHECK_INTERVAL` seconds while it writes. Example::
 
         msg = write_partition(job, ctx.partitionId(), ctx.attemptNumber(),
                               lambda: arrow_groups(batches, job.options, job.schema_json))
@@ -372,12 +378,14 @@ def write_partition(
         have = writer.acked_event_number
         msg.resumed_from = max(0, have)
         last_ack = None
+        checked = time.monotonic()
         for k, group in enumerate(groups()):
             msg.rows += group.rows
             if have >= event_number(k + 1):
                 continue  # the server holds the whole group: do not even encode it
-            if not job.staged:
+            if not job.staged and time.monotonic() - checked >= FENCE_CHECK_INTERVAL:
                 _stop_if_fenced(client, target, job, partition)
+                checked = time.monotonic()
             for j, (payload, _rows) in enumerate(encode_pieces(group, opts.max_event_bytes)):
                 n = event_number(k, j)
                 if n <= have:
