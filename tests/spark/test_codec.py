@@ -6,6 +6,7 @@ import datetime as dt
 import itertools
 import uuid
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -266,6 +267,8 @@ def test_option_table_documents_every_option() -> None:
     assert len(set(names)) == len(names)
     for o in OPTIONS:
         assert f"| `{o.name}` |" in table and o.doc
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    assert table in readme.read_text(), "README's Spark options table is stale"
 
 
 def _payloads(sizes: list[int]) -> list[bytes]:

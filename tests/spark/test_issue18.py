@@ -294,6 +294,36 @@ def test_a_single_segment_is_read_by_every_core(spark: Any, endpoint: str, seg: 
     assert one.columns == ["s"] and one.where("s = repeat('x', 20)").count() == 300_000
     with pytest.raises(Exception, match=r"option 'columns': 'nope' not in the data"):
         _reader(spark, endpoint, seg, columns="nope").load()
+    # nothing to read: Spark's placeholder partition reads as no rows
+    with sync.connect(endpoint) as c:
+        c.create_segment(seg + "-empty")
+    assert _reader(spark, endpoint, seg + "-empty").schema("id bigint").load().count() == 0
+
+
+def test_filter_pushdown_skips_ranges_outside_offset_bounds(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    df = spark.range(0, 200_000, 1, 1).selectExpr("id", "repeat('y', 30) as s")
+    _writer(df, endpoint, seg, compression="none", rowsPerEvent="10000").mode("append").save()
+    raw = _reader(spark, endpoint, seg, output="raw").load().orderBy("offset").collect()
+    cut = raw[15].offset  # events 15..19 hold ids 150000..199999
+    opts = {"offsetColumns": "true", "partitionBytes": "1048576", "minPartitions": "1"}
+    whole = _reader(spark, endpoint, seg, **opts).load()
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        pushed = (
+            _reader(spark, endpoint, seg, filterPushdown="true", **opts)
+            .load()
+            .where(f"_offset >= {cut}")
+        )
+        ids = sorted(r.id for r in pushed.select("id").collect())
+        assert ids == list(range(150_000, 200_000))
+        # fewer input partitions: the ranges before the bound were not planned
+        assert pushed.rdd.getNumPartitions() < whole.rdd.getNumPartitions()
+        one = _reader(spark, endpoint, seg, filterPushdown="true", **opts).load()
+        assert one.where(f"_segment = 'other' and _offset < {cut}").count() == 0
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
 
 
 # --- errors ------------------------------------------------------------------------------

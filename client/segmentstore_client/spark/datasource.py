@@ -1,17 +1,17 @@
 """The ``segmentstore`` data source (Spark 4's Python Data Source API).
 
-Register it once per session with :func:`segmentstore_client.spark.register`, then::
+Spark 4 registers it by itself when the package is installed (``pyspark_segmentstore``);
+otherwise register it once per session with :func:`segmentstore_client.spark.register`::
 
     (df.write.format("segmentstore")
        .option("endpoint", "tcp://127.0.0.1:12345")
        .option("segment", "orders/0")
-       .option("write_id", "orders-2024-05-01")   # makes driver retries idempotent
-       .mode("append").save())
+       .option("writeId", "orders-2024-05-01")    # makes driver retries idempotent
+       .mode("append").save())                     # or "overwrite" (atomic replace)
 
     spark.read.format("segmentstore").option("endpoint", ...).option("segment", ...).load()
 
-Options are documented on :class:`~.options.WriteOptions` and
-:class:`~.options.ReadOptions`.
+Options are the rows of :data:`~.option_table.OPTIONS`.
 """
 
 from __future__ import annotations
@@ -149,6 +149,10 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
         opts = ReadOptions.parse(self.options)
         if getattr(self, "_inferred", None) != schema.json():
             check_read_schema(opts, schema)
+        if opts.filter_pushdown:
+            from .pushdown import PushdownReader
+
+            return PushdownReader(opts, schema)
         return SegmentStoreReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> SegmentStoreWriter:

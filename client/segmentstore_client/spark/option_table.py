@@ -125,6 +125,14 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "no pruning callback)",
     ),
     _o(
+        "filterPushdown",
+        "read",
+        "false",
+        "push `_segment`/`_offset` filters into the read (needs "
+        "`spark.sql.python.filterPushdown.enabled=true`, which Spark requires of any source "
+        "implementing pushdown)",
+    ),
+    _o(
         "offsetColumns",
         "read",
         "false",

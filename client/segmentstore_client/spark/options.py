@@ -1,22 +1,23 @@
 """Options of the ``segmentstore`` Spark data source, and the identities derived from them.
 
-Every option is a string (Spark passes them so); this module parses and checks them once,
-on the driver, so that a typo fails the query before any task starts.
+Every option is a string (Spark passes them so, keys lowercased); the known options are
+the rows of :data:`~.option_table.OPTIONS`. This module parses and checks them once, on
+the driver, so that a typo fails the query before any task starts.
 
 Identities (all ``uuid5`` in :data:`NAMESPACE`, so every process derives the same ones):
 
-* the **write identity**: from ``write_id`` when given (a driver retry with the same
-  ``write_id`` is then the same write), else a random UUID drawn once per write on the
-  driver (stable across task retries and speculative attempts, which all run the same
-  pickled writer). A streaming write's identity is ``(query id, batch id)``.
+* the **write identity**: from ``writeId`` (and ``writeVersion``) when given (a driver
+  retry with the same ones is then the same write), else a random UUID drawn once per
+  write on the driver (stable across task retries and speculative attempts, which all run
+  the same pickled writer). A streaming write's identity is ``(query id, batch id)``.
 * a partition's **writer id**: ``uuid5(write identity | target segment | partition id)``.
   The task attempt number never enters it: every attempt of a partition writes as the same
   writer, so the server drops what an earlier attempt already stored.
-* a partition's **transaction segment** (``atomic``):
-  ``<target>#transaction.<32 hex digits>``, derived the same way.
+* a partition's **transaction segment** (``atomic``, overwrite):
+  ``<target>#transaction.<32 hex digits>``, derived the same way plus the run id.
 * the **commit marker**: a segment attribute of the target whose value is the highest
-  committed sequence number of a deterministic write scope (0 for a ``write_id`` batch
-  write; the batch id for a streaming query).
+  committed sequence number of a deterministic write scope (0 for a ``writeId`` batch
+  write, the ``writeVersion`` with one; the batch id for a streaming query).
 """
 
 from __future__ import annotations
@@ -248,6 +249,7 @@ class ReadOptions:
     timeouts: Timeouts = Timeouts()
     columns: tuple[str, ...] | None = None
     min_partitions: int = 1
+    filter_pushdown: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -283,6 +285,7 @@ class ReadOptions:
             timeouts=Timeouts.parse(opts),
             columns=columns,
             min_partitions=_int(opts, "minPartitions", os.cpu_count() or 1, 1, 100_000),
+            filter_pushdown=_bool(opts, "filterPushdown", False),
         )
 
 

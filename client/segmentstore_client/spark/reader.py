@@ -256,8 +256,8 @@ def read_range(
 
         for batch in read_range(options, decoder, SegmentRange("orders/0", 0, 4096)): ...
     """
-    if part.end <= part.start:
-        return
+    if not isinstance(part, SegmentRange) or part.end <= part.start:
+        return  # Spark hands over a placeholder partition when none were planned
     client = connect(options)
     try:
         reader = client.reader(part.segment, part.start, read_size=READ_SIZE)
