@@ -246,6 +246,9 @@ def test_options_take_camel_case_and_aliases_and_reject_unknown_ones() -> None:
         WriteOptions.parse({**base, "bogus": "1"})
     with pytest.raises(OptionError, match="other direction"):
         ReadOptions.parse({**base, "atomic": "true"})
+    assert WriteOptions.parse({**base, "saveMode": "ErrorIfExists"}).save_mode == "error"
+    with pytest.raises(OptionError, match="saveMode"):
+        WriteOptions.parse({**base, "savemode": "overwrite"})
     with pytest.raises(OptionError, match="given twice"):
         WriteOptions.parse({**base, "writeId": "a", "write_id": "b"})
     with pytest.raises(OptionError, match=r"writeVersion.*needs.*writeId"):

@@ -273,11 +273,22 @@ def test_overwrite_replaces_the_contents_atomically(spark: Any, endpoint: str, s
     assert sorted(r.id for r in _reader(spark, endpoint, seg).load().collect()) == back
 
 
-def test_errorifexists_and_ignore_are_spark_s_to_refuse(spark: Any, endpoint: str) -> None:
-    """Spark 4 refuses both before the source runs (documented in the README)."""
+def test_errorifexists_and_ignore_as_the_save_mode_option(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    """Spark 4 refuses both modes before the source runs; the saveMode option has them."""
     for mode in ("errorifexists", "ignore"):
         with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
             _writer(spark.range(1), endpoint, "x/0").mode(mode).save()
+    df = spark.range(0, 100, 1, 2)
+    _writer(df, endpoint, seg, saveMode="errorifexists").mode("append").save()  # new: ok
+    length = _length(endpoint, seg)
+    with pytest.raises(Exception, match=r"already holds data \(saveMode errorifexists\)"):
+        _writer(df, endpoint, seg, saveMode="errorifexists").mode("append").save()
+    _writer(spark.range(500, 600), endpoint, seg, saveMode="ignore").mode("append").save()
+    assert _length(endpoint, seg) == length  # ignored: nothing written
+    _writer(df, endpoint, seg + "b", saveMode="ignore").mode("append").save()  # empty: written
+    assert _reader(spark, endpoint, seg + "b").load().count() == 100
 
 
 # --- reads: partitions, pruning --------------------------------------------------------

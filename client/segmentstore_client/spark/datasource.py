@@ -34,6 +34,7 @@ from .reader import (
     SegmentStoreReader,
     check_read_schema,
     infer_schema,
+    readable_start,
     with_offset_columns,
 )
 from .streaming import SegmentStoreStreamReader, SegmentStoreStreamWriter
@@ -42,18 +43,22 @@ from .writer import PartitionCommit, WriteAborted, WriteJob, arrow_groups, write
 FORMAT_NAME = "segmentstore"
 
 
-def prepare_targets(options: WriteOptions) -> None:
+def prepare_targets(options: WriteOptions) -> list[str]:
     """On the driver, before any task: create the target segments (``create``, the
-    default) or check that they exist, so a wrong endpoint or name fails the write early."""
+    default) or check that they exist, so a wrong endpoint or name fails the write early.
+    Returns the targets that already hold data (for ``saveMode``)."""
     client = open_client(options.endpoint, options.timeouts)
+    busy: list[str] = []
     try:
         for seg in options.segments:
             if options.create:
                 client.create_segment(seg, exist_ok=True)
-            else:
-                client.segment_info(seg)
+            info = client.segment_info(seg)
+            if info.length > readable_start(client, seg, info):
+                busy.append(seg)
     finally:
         client.close()
+    return busy
 
 
 def select_columns(schema: StructType, columns: tuple[str, ...] | None) -> StructType:
@@ -87,6 +92,9 @@ class SegmentStoreWriter(DataSourceArrowWriter):  # type: ignore[misc]
         if ctx is None:
             raise SegmentStoreError("the segmentstore writer must run inside a Spark task")
         job = self.job
+        if job.ignore:  # saveMode=ignore and a target holds data: write nothing
+            target = job.options.target_of(ctx.partitionId())
+            return PartitionCommit(ctx.partitionId(), ctx.attemptNumber(), target, target, "")
         return write_partition(
             job,
             ctx.partitionId(),
@@ -96,7 +104,8 @@ class SegmentStoreWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """All tasks succeeded: set the commit marker, merge transactions (``atomic``)."""
-        commit_write(self.job, messages)
+        if not self.job.ignore:
+            commit_write(self.job, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """A task failed for good: clean up (``atomic``) or report what is left; raises
@@ -160,7 +169,14 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
         driver). ``mode("overwrite")`` stages the write and replaces the targets'
         contents atomically on commit (see :mod:`.commit`)."""
         opts = WriteOptions.parse(self.options)
-        prepare_targets(opts)
+        if overwrite and opts.save_mode != "append":
+            raise OptionError("saveMode applies to .mode('append') writes, not to overwrite")
+        busy = prepare_targets(opts)
+        if busy and opts.save_mode == "error":
+            raise SegmentStoreError(
+                f"target {busy[0]!r} already holds data (saveMode errorifexists); use "
+                "saveMode ignore, .mode('append') or .mode('overwrite')"
+            )
         identity = write_identity(opts.write_id, opts.write_version)
         scope, seq = marker_of(opts.write_id, opts.write_version, identity)
         job = WriteJob(
@@ -170,6 +186,7 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
             scope if opts.write_id is not None else None,
             seq,
             overwrite=overwrite,
+            ignore=bool(busy) and opts.save_mode == "ignore",
         )
         return SegmentStoreWriter(job)
 
@@ -178,6 +195,8 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
         if overwrite:
             raise OptionError("the segmentstore sink appends; use outputMode('append')")
         opts = WriteOptions.parse(self.options)
+        if opts.save_mode != "append":
+            raise OptionError("saveMode applies to batch writes; a streaming sink appends")
         prepare_targets(opts)
         return SegmentStoreStreamWriter(opts, schema_json_of(schema))
 

@@ -88,6 +88,13 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "false",
         "stage partitions in transaction segments, merged only on commit (all or nothing)",
     ),
+    _o(
+        "saveMode",
+        "write",
+        "append",
+        "`errorifexists` (fail if a target holds data) or `ignore` (then write nothing): "
+        "Spark 4 refuses these as `.mode(...)` for Python sources, so give them here",
+    ),
     _o("encoding", "write", "arrow", "`arrow` (Arrow IPC per event) or `msgpack`"),
     _o(
         "rowsPerEvent",

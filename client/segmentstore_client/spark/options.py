@@ -45,6 +45,7 @@ DEFAULT_MAX_EVENT_BYTES: Final = 4 * 1024 * 1024
 LIMIT_EVENT_BYTES: Final = 8 * 1024 * 1024 - 64 * 1024
 DEFAULT_PARTITION_BYTES: Final = 16 * 1024 * 1024
 OUTPUTS: Final = ("rows", "raw", "records")
+SAVE_MODES: Final = ("append", "errorifexists", "error", "ignore")
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 
@@ -179,6 +180,7 @@ class WriteOptions:
     create: bool
     timeouts: Timeouts = Timeouts()
     write_version: int | None = None
+    save_mode: str = "append"
 
     @property
     def timeout(self) -> float:
@@ -223,6 +225,9 @@ class WriteOptions:
             create=_bool(opts, "create", True),
             timeouts=Timeouts.parse(opts),
             write_version=version,
+            save_mode=_choice(opts, "saveMode", "append", SAVE_MODES).replace(
+                "errorifexists", "error"
+            ),
         )
 
     def target_of(self, partition: int) -> str:

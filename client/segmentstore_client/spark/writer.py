@@ -69,7 +69,8 @@ class WriteJob:
     ``identity`` names the logical write; ``marker_scope`` / ``marker_seq`` name its
     commit marker when the identity is deterministic (None: no marker). ``run`` is drawn
     on the driver once per run (names transaction segments, keys the abort fence);
-    ``overwrite`` stages the write like ``atomic`` and replaces the targets' contents.
+    ``overwrite`` stages the write like ``atomic`` and replaces the targets' contents;
+    ``ignore`` (``saveMode=ignore`` found data in a target) writes nothing.
     """
 
     options: WriteOptions
@@ -79,6 +80,7 @@ class WriteJob:
     marker_seq: int = 0
     run: uuid.UUID = field(default_factory=uuid.uuid4)
     overwrite: bool = False
+    ignore: bool = False
 
     @property
     def staged(self) -> bool:
