@@ -27,6 +27,7 @@ from segmentstore_client import records, sync
 from segmentstore_client.errors import EventTooLarge
 from segmentstore_client.spark.codec import (
     ArrowEncoder,
+    CodecError,
     RowsToArrow,
     conform,
     decode_arrow,
@@ -150,6 +151,37 @@ def test_conform_selects_casts_and_fills() -> None:
     out = conform(src, target)
     assert out.schema.equals(target)
     assert out.column(1).to_pylist() == [1, 2] and out.column(2).null_count == 2
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "ok"),
+    [
+        (pa.int32(), pa.int64(), True),
+        (pa.int32(), pa.float64(), True),
+        (pa.float32(), pa.float64(), True),
+        (pa.decimal128(10, 2), pa.decimal128(12, 3), True),
+        (pa.timestamp("us", tz="Europe/Paris"), pa.timestamp("us", tz="UTC"), True),
+        (pa.list_(pa.int32()), pa.list_(pa.int64()), True),
+        (pa.int64(), pa.bool_(), False),
+        (pa.int32(), pa.bool_(), False),
+        (pa.timestamp("us", tz="UTC"), pa.date32(), False),
+        (pa.timestamp("us"), pa.timestamp("us", tz="UTC"), False),
+        (pa.float64(), pa.float32(), False),
+        (pa.int64(), pa.float64(), False),
+        (pa.int64(), pa.int32(), False),
+        (pa.decimal128(10, 2), pa.decimal128(10, 1), False),
+        (pa.string(), pa.int64(), False),
+        (pa.list_(pa.int64()), pa.list_(pa.int32()), False),
+    ],
+)
+def test_conform_refuses_lossy_casts(src: pa.DataType, dst: pa.DataType, ok: bool) -> None:
+    batch = pa.record_batch({"c": pa.array([None], src)})
+    target = pa.schema([pa.field("c", dst)])
+    if ok:
+        assert conform(batch, target).schema.equals(target)
+    else:
+        with pytest.raises(CodecError, match=r"column 'c' holds .* without losing information"):
+            conform(batch, target)
 
 
 @pytest.mark.parametrize("sizes", [[10], [3, 3, 3, 1], [1] * 10, [7, 0, 3], [25]])

@@ -16,7 +16,7 @@ import pytest
 from segmentstore_client import sync
 from segmentstore_client.errors import ConnectFailed, NoSuchSegment
 from segmentstore_client.spark.commit import abort_write
-from segmentstore_client.spark.options import WriteOptions, writer_id
+from segmentstore_client.spark.options import WriteOptions, event_number, writer_id
 from segmentstore_client.spark.writer import (
     Group,
     WriteFenced,
@@ -166,6 +166,67 @@ def test_atomic_abort_leaves_no_transaction_segment_even_with_late_attempts(
             with pytest.raises(NoSuchSegment):
                 c.segment_info(job.destination(p))
         assert c.segment_info(seg).length == 0
+
+
+class _AbortBeforeCreate:
+    """A client whose create_segment first lets the driver abort the run: the interleaving
+    'attempt checks the fence, driver fences and deletes, attempt creates'."""
+
+    def __init__(self, inner: Any, job: WriteJob) -> None:
+        self.inner, self.job = inner, job
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def create_segment(self, segment: str, **kwargs: Any) -> bool:
+        abort_write(self.job, [None])
+        return bool(self.inner.create_segment(segment, **kwargs))
+
+
+def test_atomic_attempt_creating_after_the_abort_removes_its_segment(
+    endpoint: str, seg: str
+) -> None:
+    from segmentstore_client.spark.connect import open_client
+
+    job = _job(endpoint, seg, atomic="true")
+    with pytest.raises(WriteFenced):
+        write_partition(
+            job,
+            0,
+            0,
+            lambda: _groups(job, 300),
+            client_factory=lambda ep, t: _AbortBeforeCreate(open_client(ep, t), job),
+        )
+    with sync.connect(endpoint) as c, pytest.raises(NoSuchSegment):
+        c.segment_info(job.destination(0))
+
+
+def test_non_atomic_attempt_stops_writing_once_its_run_is_aborted(endpoint: str, seg: str) -> None:
+    job = _job(endpoint, seg, compression="none")
+    paused = threading.Event()
+    errors: list[BaseException] = []
+
+    def slow() -> None:
+        try:
+            write_partition(job, 0, 0, lambda: _groups(job, 1000, paused))
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    wid = writer_id(job.identity, seg, 0)
+    with sync.connect(endpoint) as c:
+        for _ in range(300):  # until the first two groups are durable (<= 15 s)
+            if (c.last_event_number(seg, wid) or 0) >= event_number(1):
+                break
+            time.sleep(0.05)
+    report = abort_write(job, [None])
+    paused.set()
+    t.join(30)
+    assert errors and isinstance(errors[0], WriteFenced)
+    with sync.connect(endpoint) as c:
+        assert c.last_event_number(seg, wid) == event_number(1)  # groups 2..9 never written
+    assert f"events up to number {event_number(1)} " in str(report)
 
 
 def test_non_atomic_abort_report_is_not_made_stale_by_a_late_attempt(
