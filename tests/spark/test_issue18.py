@@ -332,6 +332,10 @@ def test_overwrite_replaces_the_contents_atomically(spark: Any, endpoint: str, s
             .save()
         )
     assert sorted(r.id for r in _reader(spark, endpoint, seg).load().collect()) == back
+    # Overwriting with no rows, even with no partitions at all, empties the target
+    empty = spark.createDataFrame([], "id bigint")
+    _writer(empty, endpoint, seg).mode("overwrite").save()
+    assert _reader(spark, endpoint, seg).schema("id bigint").load().count() == 0
 
 
 def test_errorifexists_and_ignore_as_the_save_mode_option(

@@ -179,6 +179,8 @@ def commit_write(
         if skipped and job.marker_scope is not None and not job.marker_scope.startswith("stream|"):
             _check_repeat(client, job, msgs)
         targets = sorted({opts.target_of(p) for p in range(len(msgs))})
+        if job.overwrite:  # every target is replaced, also one no partition wrote to
+            targets = sorted(set(opts.segments))
         if job.staged:
             for target in targets:
                 client.segment_info(target)  # a missing target raises here, not as "merged"
@@ -215,6 +217,10 @@ def _commit_staged(
             continue  # a skipped partition, or merged by an earlier commit of this run
         present.append(txn)
     if not present:
+        if job.overwrite:  # nothing new: the target's contents are replaced by nothing
+            base = client.segment_info(target).length
+            _set(client, target, BASE_ATTRIBUTE, base)
+            client.truncate(target, base)
         return
     head = present[0]
     for txn in present[1:]:
