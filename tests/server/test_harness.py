@@ -328,3 +328,33 @@ async def test_sweep_fits_high_water_to_the_fair_share(tmp_path: Path) -> None:
         assert first.transport.high < alone
         assert first.transport.high == others[0].transport.high == 128 * KiB
         assert first.conn.read_cap == 128 * KiB
+
+
+async def test_reads_from_chunk_files_wait_for_output_room(tmp_path: Path) -> None:
+    """Guards Connection.reserve_output: reads that miss the cache (served from chunk
+    files) reserve their size first, so a peer that does not read gets one at a time."""
+    store = {"read_cache_bytes": 256 * KiB, "flush_bytes": 128 * KiB}
+    async with harness(tmp_path, store=store, connection_write_buffer_bytes=64 * KiB) as h:
+        peer = h.connect()
+        await create(peer, "s")
+        w = uuid.uuid4()
+        await setup(peer, "s", w)
+        for n in range(1, 33):
+            peer.send_raw(append(w, n, 64 * KiB))
+            await peer.until(lambda n=n: len(acks(peer)) == n, "ack")
+        segments = h.server.ctx.store
+        await peer.until(lambda: segments.try_read("s", 0, 1024) is None, "evicted", read=False)
+        peer.read()
+        for i in range(10):
+            peer.send(ReadSegment("s", i * 128 * KiB, 128 * KiB, "", 500 + i))
+        await peer.until(lambda: peer.transport.writing_paused, "paused", read=False)
+        for _ in range(200):  # the disk reads that could go have gone
+            await peer.settle()
+        held = len(peer.transport.outbox)
+        assert held <= 64 * KiB + 2 * 128 * KiB + 4 * KiB, held
+        await peer.until(
+            lambda: sum(isinstance(c, SegmentRead) for c in peer.received) == 10, "10 reads"
+        )
+        assert [c.request_id for c in peer.received if isinstance(c, SegmentRead)] == [
+            500 + i for i in range(10)
+        ]
