@@ -22,7 +22,7 @@ from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StoreConfig
 from ..tables import TableStore
 from .connection import Connection
 from .context import HandlerTable, ServerContext
-from .metrics import Metrics, serve_metrics
+from .metrics import Metrics
 from .resources import default_read_cache_mb, keep_freed_memory, memory_limit_bytes
 from .segment_handlers import SEGMENT_HANDLERS
 from .table_handlers import TABLE_HANDLERS
@@ -84,9 +84,10 @@ class Server:
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         if self.config.http_port >= 0:
-            self._metrics_server, self.metrics_port = serve_metrics(
-                self.ctx.metrics, self.config.http_host, self.config.http_port
-            )
+            from ..relay import start_http  # /metrics and the Databus relay, on this loop
+
+            self._metrics_server = await start_http(self.ctx, self.config)
+            self.metrics_port = self._metrics_server.port
 
     def _new_connection(self) -> asyncio.Protocol:
         if len(self.connections) >= self.config.max_connections:
@@ -123,6 +124,8 @@ class Server:
         log.info("stopping: no new connections; draining %d connections", len(self.connections))
         if self._listener is not None:
             self._listener.close()
+        if self._metrics_server is not None:
+            await self._metrics_server.close()
         for conn in list(self.connections):
             if conn.transport is not None and not conn.closed:
                 conn.transport.pause_reading()
@@ -136,8 +139,6 @@ class Server:
             await asyncio.wait([task], timeout=5)
         await self.ctx.tables.close()
         await self.ctx.store.close()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
         log.info("stopped cleanly")
 
 
