@@ -234,13 +234,13 @@ def is_databus(data: bytes | memoryview) -> bool:
             magic, header_len, header_crc, _body, total = struct.unpack_from(">IIIII", data, 1)
             if magic != MAGIC or total != n or not 45 <= header_len <= n:
                 return False
-            return _crc(memoryview(data)[13:header_len]) == header_crc
+            return bool(_crc(memoryview(data)[13:header_len]) == header_crc)
         if v == V1 and n >= 57:
             header_crc, total, attrs = struct.unpack_from(">IIH", data, 1)
             if total != n:
                 return False
             end = 57 if attrs & _V1_BYTE_KEY else 61
-            return end <= n and _crc(memoryview(data)[5:end]) == header_crc
+            return bool(end <= n and _crc(memoryview(data)[5:end]) == header_crc)
     except struct.error:
         return False
     return False
