@@ -29,9 +29,17 @@ async def start_http(ctx: ServerContext, config: ServerConfig) -> HttpServer:
         body, content_type = page.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
 
+    from .page import status_page
+    from .routes import HTTP, add_routes
+    from .service import RelayService
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
+    service = RelayService(ctx)
+    add_routes(app, service)
+    app.router.add_get("/", status_page)
     limits = HttpLimits(config.http_max_connections, config.http_idle_timeout_s)
     server = HttpServer(app, limits)
+    app[HTTP] = server
     await server.start(config.http_host, config.http_port)
     return server

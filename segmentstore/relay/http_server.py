@@ -160,10 +160,10 @@ class HttpServer:
             await asyncio.sleep(period)
             self.tracker.sweep(time.monotonic())
 
-    def disconnect_all(self) -> int:
-        """Close every open HTTP connection (``/relayCommand/disconnectClients``); returns
-        how many were closed."""
-        handlers = list(self.tracker.open)
+    def disconnect_all(self, keep: object = None) -> int:
+        """Close every open HTTP connection but ``keep`` (the asking one), for
+        ``/relayCommand/disconnectClients``; returns how many were closed."""
+        handlers = [h for h in self.tracker.open if h is not keep]
         for handler in handlers:
             handler.close_now()
         return len(handlers)

@@ -167,6 +167,9 @@ def test_round_trips(ev: DatabusEvent) -> None:
     assert databus.decode(databus.encode(v2)) == v2
     assert databus.decode(databus.encode(ev, version=1)) == ev
     assert databus.from_json(json.loads(json.dumps(databus.to_json(ev)))) == ev
+    for version in (1, 2):
+        peeked = databus.peek(databus.encode(v2, version))
+        assert peeked == (ev.sequence, ev.src_id, ev.key, ev.timestamp_ns)
 
 
 def _fields(ev: DatabusEvent) -> dict[str, object]:

@@ -69,6 +69,7 @@ __all__ = [
     "end_of_period",
     "from_json",
     "is_databus",
+    "peek",
     "to_json",
 ]
 
@@ -244,6 +245,28 @@ def is_databus(data: bytes | memoryview) -> bool:
     except struct.error:
         return False
     return False
+
+
+def peek(data: bytes | memoryview) -> tuple[int, int, int | bytes, int]:
+    """``(sequence, source id, key, timestamp ns)`` of an event that passed
+    :func:`is_databus`, without checking its body (the relay's filter fast path)."""
+    key: int | bytes
+    if data[0] == V2:
+        ts, src, _part, seq = struct.unpack_from(">qihq", data, 23)
+        if (data[22] >> 2) & 3 == _V2_KEY_LONG:
+            (key,) = _Q.unpack_from(data, 45)
+        else:
+            (klen,) = _I32.unpack_from(data, 45)
+            key = bytes(data[49 : 49 + klen])
+        return seq, src, key, ts
+    (attrs, seq) = struct.unpack_from(">Hq", data, 9)
+    ts, src = struct.unpack_from(">qh", data, 23)
+    if attrs & _V1_BYTE_KEY:
+        (klen,) = _I32.unpack_from(data, 53)
+        key = bytes(data[57 : 57 + klen])
+    else:
+        (key,) = _Q.unpack_from(data, 53)
+    return seq, src, key, ts
 
 
 def decode(data: bytes | memoryview) -> DatabusEvent:
