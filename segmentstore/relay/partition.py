@@ -19,8 +19,9 @@ memory: for every closed window its SCN and start offset (16 bytes a window).
   is larger than ``size``: at least one event always goes out, so a consumer never
   stalls), each followed by an end-of-period marker (the one stored, or a made one).
 * Truncation: windows below the segment's start offset are dropped; ``prev_scn`` is the
-  SCN of the last dropped window (or min SCN - 1 after a restart of a truncated segment:
-  no integer SCN lies between), and a checkpoint below it is too old.
+  SCN of the last dropped window; after a restart of a truncated segment it is the start
+  offset when the first window kept is a derived one (the window before ended there), else
+  min SCN - 1 (no integer SCN lies between). A checkpoint below it is too old.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Partition:
         self.first_ts_ms = 0
         self.latest_ts_ms = 0
         self.events = 0
+        self._first_raw = False  # the first window indexed is a non-Databus event
         self._open_seq: int | None = None
         self._open_scn = 0
         self._open_start = 0
@@ -117,7 +119,8 @@ class Partition:
                     used = self._index(data, self.scan_offset)
                 self.scan_offset += used
             if self.base > 0 and self.prev_scn is None and self.scns:
-                self.prev_scn = self.scns[0] - 1
+                # a derived SCN is an end offset: the lost window before ends at the base
+                self.prev_scn = self.base if self._first_raw else self.scns[0] - 1
 
     def _drop_below(self, offset: int) -> None:
         cut = bisect.bisect_left(self.starts, offset)
@@ -189,6 +192,8 @@ class Partition:
                 if self._open_seq is not None:
                     self._close_open(base + pos)
                 scn = max(base + end, self.last_scn + 1)
+                if not self.scns and base + pos == self.base:
+                    self._first_raw = True
                 self.scns.append(scn)
                 self.starts.append(base + pos)
                 self.last_scn = scn
