@@ -117,8 +117,8 @@ async def test_spec_style_bare_keys_and_bad_ranges(module_server: ServerProcess)
     await write(module_server.endpoint, seg, db_windows(2, 4))
     src = await _source_id(module_server.http_port, seg)
     spec_text = (
-        '{"%d":{filters:[{"numBuckets":2,"bktRange":{"end":"0","start":0}}],'
-        '"partitionType":"MOD"}}' % src
+        f'{{"{src}":{{filters:[{{"numBuckets":2,"bktRange":{{"end":"0","start":0}}}}],'
+        '"partitionType":"MOD"}}'
     )
     events, _a, _cp = await stream_all(module_server.http_port, source_name(seg), filters=spec_text)
     assert [e.key for e in events] == [0, 2, 4, 6]
