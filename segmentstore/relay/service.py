@@ -41,7 +41,7 @@ NO_LIMIT = 2**63 - 1
 @dataclass(slots=True)
 class StreamAnswer:
     checkpoint: Checkpoint
-    chunks: list[bytes] = field(default_factory=list)
+    chunks: list[bytes | memoryview] = field(default_factory=list)
     nbytes: int = 0
     events: int = 0
     filtered: int = 0
