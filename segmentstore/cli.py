@@ -20,7 +20,7 @@ from . import __version__
 from .config import FSYNC_MODES, ConfigError, load_config
 
 # One line per subcommand module; each module's add_parser registers its commands.
-SUBCOMMANDS: tuple[str, ...] = ()
+SUBCOMMANDS: tuple[str, ...] = ("segmentstore.commands.relay_schema",)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -71,7 +71,9 @@ class Partition:
         self.src_id = src_id
         self.scns = array("q")
         self.starts = array("q")
-        self.kinds = array("b")  # 1: a window of Databus events (checked), 0: a derived one
+        # 0: a derived window; 1: Databus events (checked when indexed); 2: the same, and
+        # its last event is a stored end-of-period marker
+        self.kinds = array("b")
         self.closed_end = 0
         self.base = -1  # offset the index starts at; -1 until the first catch-up
         self.scan_offset = 0
@@ -154,10 +156,10 @@ class Partition:
             have += len(data)
         return b"".join(parts)
 
-    def _close_open(self, end: int) -> None:
+    def _close_open(self, end: int, by_marker: bool = False) -> None:
         self.scns.append(self._open_scn)
         self.starts.append(self._open_start)
-        self.kinds.append(1)
+        self.kinds.append(2 if by_marker else 1)
         self.last_scn = self._open_scn
         self.closed_end = end
         self._open_seq = None
@@ -188,7 +190,7 @@ class Partition:
                     self._open_start = base + pos
                 ts_ms = ts // 1_000_000
                 if src == EOP:
-                    self._close_open(base + end)
+                    self._close_open(base + end, by_marker=True)
                 else:
                     self.events += 1
             else:
@@ -257,8 +259,11 @@ class Partition:
                 log.info("relay: read of %r at %d failed: %s", self.segment, lo, e)
                 break
             view = memoryview(data)
-            if test is None and not as_json and not skip and 0 not in self.kinds[i:j]:
-                run = _databus_run(view, self.starts, scns, i, j, lo)
+            kinds = self.kinds[i:j]
+            if test is None and not as_json and not skip and 0 not in kinds:
+                run = _marked_run(view, j - i) if 1 not in kinds else None
+                if run is None:
+                    run = _databus_run(view, self.starts, scns, i, j, lo)
                 if out.nbytes + run[1] <= budget:  # the common case: all of it at once
                     out.chunks.extend(run[0])
                     out.nbytes += run[1]
@@ -396,6 +401,24 @@ def _databus_window(
         chunks.append(marker)
         nbytes += len(marker)
     return chunks, nbytes, sent, dropped
+
+
+def _marked_run(view: memoryview, windows: int) -> tuple[list[bytes | memoryview], int, int] | None:
+    """Windows that all end with their stored marker, unfiltered, binary: the payloads as
+    they are, (chunks, bytes, data events); None if a v1 event needs converting."""
+    chunks: list[bytes | memoryview] = []
+    append = chunks.append
+    len_at = _LEN.unpack_from
+    pos, n, records = 0, len(view), 0
+    while pos < n:
+        (length,) = len_at(view, pos + 4)
+        p = pos + 8
+        pos = p + length
+        if view[p] != 2:
+            return None
+        append(view[p:pos])
+        records += 1
+    return chunks, n - 8 * records, records - windows
 
 
 def _databus_run(

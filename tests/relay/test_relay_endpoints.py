@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import segmentstore_client as sc
@@ -171,3 +174,35 @@ async def test_disconnect_clients(module_server: ServerProcess) -> None:
         assert await asyncio.to_thread(idle.recv, 1) == b""
     finally:
         idle.close()
+
+
+def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "segmentstore", "relay-schema", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_cli_registers_a_schema(module_server: ServerProcess, tmp_path: Path) -> None:
+    seg = unique_segment()
+    await write(module_server.endpoint, seg, [b"x"])
+    schema_file = tmp_path / "schema.avsc"
+    schema_file.write_text('{"type":"record","name":"FromCli"}')
+    name = source_name(seg)
+    done = await asyncio.to_thread(
+        _cli, name, str(schema_file), "--version", "3", "--endpoint", module_server.endpoint
+    )
+    assert done.returncode == 0, done.stderr
+    src = (await _ids(module_server.http_port))[name]
+    _s, _h, body = await get(module_server.http_port, "/register", {"sources": str(src)})
+    assert json.loads(body) == [{"id": src, "version": 3, "schema": schema_file.read_text()}]
+    missing = await asyncio.to_thread(_cli, name, str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    unreachable = await asyncio.to_thread(
+        _cli, name, "-", "--endpoint", "tcp://127.0.0.1:1", stdin="{}"
+    )
+    assert unreachable.returncode == 3 and len(unreachable.stderr.splitlines()) == 1
