@@ -78,6 +78,8 @@ def test_v2_golden_layout() -> None:
 
 
 def test_v1_byte_key_crc_covers_key_and_value() -> None:
+    smallest = databus.encode(DatabusEvent(5, b"", b"", 7), version=1)
+    assert len(smallest) == 57 and databus.is_databus(smallest)
     ev = DatabusEvent(5, b"k", b"v", 7)
     data = databus.encode(ev, version=1)
     assert data[53:57] == be(1, 4) and data[57:58] == b"k"
@@ -140,6 +142,7 @@ def test_every_flipped_byte_or_truncation_is_refused(version: int) -> None:
         damaged[i] ^= 0x40
         with pytest.raises(DatabusFormatError):
             databus.decode(bytes(damaged))
+        assert not databus.is_databus(bytes(damaged))
     for n in range(len(data)):
         with pytest.raises(DatabusFormatError):
             databus.decode(data[:n])

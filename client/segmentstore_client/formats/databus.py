@@ -224,32 +224,28 @@ def _encode_v2(e: DatabusEvent) -> bytes:
 
 
 def is_databus(data: bytes | memoryview) -> bool:
-    """Whether ``data`` is exactly one Databus event whose header CRC checks (cheap: the
-    body is not checked). The relay uses it to tell Databus events from other payloads."""
+    """Whether ``data`` is exactly one valid Databus event (both CRCs and the layout
+    checked, as :func:`decode` does). The relay uses it to tell Databus events from other
+    payloads; a cheap look at the version byte and magic/length rejects most others."""
     n = len(data)
     if n < 45:
         return False
     v = data[0]
-    try:
-        if v == V2:
-            magic, header_len, header_crc, _body, total = struct.unpack_from(">IIIII", data, 1)
-            if magic != MAGIC or total != n or not 45 <= header_len <= n:
-                return False
-            return bool(_crc(memoryview(data)[13:header_len]) == header_crc)
-        if v == V1 and n >= 57:
-            header_crc, total, attrs = struct.unpack_from(">IIH", data, 1)
-            if total != n:
-                return False
-            end = 57 if attrs & _V1_BYTE_KEY else 61
-            return bool(end <= n and _crc(memoryview(data)[5:end]) == header_crc)
-    except struct.error:
+    if v == V2:
+        if data[1:5] != b"\xca\xfe\xde\xed" or _I32.unpack_from(data, 17)[0] != n:
+            return False
+    elif v != V1 or n < 57 or _I32.unpack_from(data, 5)[0] != n:
         return False
-    return False
+    try:
+        decode(data)
+    except DatabusFormatError:
+        return False
+    return True
 
 
 def peek(data: bytes | memoryview) -> tuple[int, int, int | bytes, int]:
     """``(sequence, source id, key, timestamp ns)`` of an event that passed
-    :func:`is_databus`, without checking its body (the relay's filter fast path)."""
+    :func:`is_databus`, read straight from its bytes (the relay's filter fast path)."""
     key: int | bytes
     if data[0] == V2:
         ts, src, _part, seq = struct.unpack_from(">qihq", data, 23)
