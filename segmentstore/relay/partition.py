@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import json
 import logging
 import struct
 import time
@@ -280,7 +281,9 @@ class Partition:
                 if out.nbytes + nbytes > budget:
                     if out.windows or out.position is not None or not (must_send and sent):
                         return out
-                    return self._partial(out, view[ws:we], scns[k], skip, budget, test, as_json)
+                    return self._partial(
+                        out, view[ws:we], scns[k], skip, budget, test, as_json, self.kinds[k]
+                    )
                 out.chunks.extend(chunks)
                 out.nbytes += nbytes
                 out.events += sent
@@ -300,11 +303,12 @@ class Partition:
         budget: int,
         test: KeyTest | None,
         as_json: bool,
+        kind: int,
     ) -> Served:
         """Part of a window larger than the budget: whole events, at least one."""
         consumed = skip
         for record, payload in _records(window, skip):
-            chunk, sent, dropped = self._event(payload, scn, test, as_json)
+            chunk, sent, dropped = self._event(payload, scn, test, as_json, kind)
             if out.events and out.nbytes + len(chunk) > budget:
                 break
             if chunk:
@@ -332,7 +336,7 @@ class Partition:
         nbytes = sent = dropped = 0
         eop_seen = False
         for _k, payload in _records(window, skip):
-            chunk, s, d = self._event(payload, scn, test, as_json)
+            chunk, s, d = self._event(payload, scn, test, as_json, kind)
             if s == 0 and d == 0 and chunk:
                 eop_seen = True
             if chunk:
@@ -348,16 +352,17 @@ class Partition:
         return chunks, nbytes, sent, dropped
 
     def _event(
-        self, payload: memoryview, scn: int, test: KeyTest | None, as_json: bool
+        self, payload: memoryview, scn: int, test: KeyTest | None, as_json: bool, kind: int
     ) -> tuple[bytes, int, int]:
-        """(output bytes, 1 if a data event was sent, 1 if one was filtered out)."""
-        if len(payload) >= 45 and payload[0] in (0, 2) and databus.is_databus(payload):
-            _seq, src, key, _ts = databus.peek(payload)
-            if src < 0:  # window marker or other control event: always passes
-                return _convert(payload, as_json), 0, 0
-            if test is not None and not test(key):
+        """(output bytes, 1 if a data event was sent, 1 if one was filtered out); ``kind``
+        is the window's (non-zero: its events are Databus events, checked when indexed)."""
+        if kind:
+            event = databus.decode(payload)
+            if event.src_id < 0:  # window marker or other control event: always passes
+                return (_json_line(event) if as_json else _v2(payload, event)), 0, 0
+            if test is not None and not test(event.key):
                 return b"", 0, 1
-            return _convert(payload, as_json), 1, 0
+            return (_json_line(event) if as_json else _v2(payload, event)), 1, 0
         if test is not None and not test(scn):
             return b"", 0, 1
         event = databus.DatabusEvent(scn, scn, bytes(payload), self.src_id)
@@ -470,15 +475,9 @@ def _records(window: memoryview, skip: int) -> list[tuple[int, memoryview]]:
     return out
 
 
-def _convert(payload: memoryview, as_json: bool) -> bytes:
-    if as_json:
-        return _json_line(databus.decode(payload))
-    if payload[0] == databus.V2:
-        return bytes(payload)
-    return databus.encode(databus.decode(payload))  # v1 -> v2
+def _v2(payload: memoryview, event: databus.DatabusEvent) -> bytes:
+    return bytes(payload) if payload[0] == databus.V2 else databus.encode(event)
 
 
 def _json_line(event: databus.DatabusEvent) -> bytes:
-    import json
-
     return json.dumps(databus.to_json(event), separators=(",", ":")).encode() + b"\n"
