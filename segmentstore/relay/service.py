@@ -67,6 +67,8 @@ class RelayService:
         return self.state.get(source.id, "running")
 
     def set_state(self, source: Source, state: str) -> None:
+        if state not in STATES:
+            raise ValueError(f"a source state is one of {STATES}, not {state!r}")
         self.state[source.id] = state
         self.state_changed.set()
         self.state_changed = asyncio.Event()
