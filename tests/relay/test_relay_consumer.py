@@ -143,3 +143,30 @@ async def test_consumer_retries_until_the_relay_is_back(
     assert [e.key for e in events] == list(range(6))
     assert consumer.stats.reconnects >= 2
     await consumer.close()
+
+
+async def test_table_checkpoint_store(module_server: ServerProcess) -> None:
+    import segmentstore_client as sc
+    from segmentstore_client.relay import TableCheckpointStore
+
+    seg = unique_segment()
+    await write(module_server.endpoint, seg, db_windows(6, 2))
+    url = f"http://127.0.0.1:{module_server.http_port}"
+    seen: list[int] = []
+    async with sc.connect(module_server.endpoint) as client:
+        table = f"relaytest/{seg.split('/')[1]}"
+        store = TableCheckpointStore(client, table, "reader-1")
+        assert await store.load() is None
+        async with RelayConsumer(
+            url, [source_name(seg)], checkpoint_store=store, size=200, hold_ms=0,
+            on_event=lambda e: seen.append(int(e.key)),  # type: ignore[arg-type]
+        ) as consumer:  # fmt: skip
+            await consumer.poll()
+        saved = await TableCheckpointStore(client, table, "reader-1").load()
+        assert saved is not None and saved == consumer.checkpoint
+        async with RelayConsumer(
+            url, [source_name(seg)], checkpoint_store=TableCheckpointStore(client, table, "reader-1"),
+            hold_ms=0, on_event=lambda e: seen.append(int(e.key)),  # type: ignore[arg-type]
+        ) as again:  # fmt: skip
+            await again.poll()
+    assert seen == list(range(12))
