@@ -10,7 +10,8 @@ number of plain payloads to another, then measures in the same run:
              1 consumer and 16 at once (aggregate); the client only walks event lengths.
              Events are counted with their window markers on both sides (the wire
              reader sees the markers as events too), so the ratios compare like with like
-* relay json ``/stream?output=json``, the same
+* relay json ``/stream?output=json``, the same (no compression unless the label says gzip:
+             the bytes/s are then the compressed bytes)
 * relay raw  binary, on the segment of plain payloads (each converted to a Databus event;
              each is a window, so its count includes one marker per event)
 * tail       append -> HTTP consumer latency, one event every 2 ms, p50/p99 (the
@@ -113,11 +114,14 @@ def count_binary(body: bytes) -> int:
     return events
 
 
-async def relay_read(url: str, source: str, output: str, expect: int) -> tuple[int, int, float]:
+async def relay_read(
+    url: str, source: str, output: str, expect: int, gzip: bool = False
+) -> tuple[int, int, float]:
     events = nbytes = 0
     checkpoint = ""
     started = time.perf_counter()
-    async with aiohttp.ClientSession() as session:
+    headers = {"Accept-Encoding": "gzip" if gzip else "identity"}
+    async with aiohttp.ClientSession(headers=headers) as session:
         while events <= expect * 2:  # ends at no-events; the bound only guards a bug
             params = {"sources": source, "size": str(4 << 20), "output": output, "timeout": "0"}
             if checkpoint:
@@ -135,9 +139,13 @@ async def relay_read(url: str, source: str, output: str, expect: int) -> tuple[i
     return events, nbytes, time.perf_counter() - started
 
 
-async def many(url: str, source: str, output: str, expect: int, n: int) -> tuple[int, int, float]:
+async def many(
+    url: str, source: str, output: str, expect: int, n: int, gzip: bool = False
+) -> tuple[int, int, float]:
     started = time.perf_counter()
-    results = await asyncio.gather(*(relay_read(url, source, output, expect) for _ in range(n)))
+    results = await asyncio.gather(
+        *(relay_read(url, source, output, expect, gzip) for _ in range(n))
+    )
     return sum(r[0] for r in results), sum(r[1] for r in results), time.perf_counter() - started
 
 
@@ -163,7 +171,7 @@ async def tail_latency(endpoint: str, url: str, segment: str, count: int) -> lis
                         latencies.append((now - ev.timestamp_ns) / 1e6)
 
             consumer = asyncio.ensure_future(consume())
-            async with client.writer(segment) as w:
+            async with client.writer(segment, linger=0) as w:  # no batching delay
                 for i in range(count):
                     ev = databus.DatabusEvent(i + 1, i, b"x" * 100, 1, timestamp_ns=time.time_ns())
                     await w.write_many(
@@ -204,15 +212,16 @@ async def run(args: argparse.Namespace) -> None:
         )
         wire_rate = wire[0] / wire[2]
         print(line("wire catch-up (SDK reader)", args.fsync, *wire, 0))
-        for label, source, output, k in (
-            ("relay binary, 1 consumer", "bench.db.0", "binary", 1),
-            ("relay json, 1 consumer", "bench.db.0", "json", 1),
-            ("relay binary raw, 1", "bench.raw.0", "binary", 1),
-            ("relay binary, 16 consumers", "bench.db.0", "binary", 16),
-            ("relay json, 16 consumers", "bench.db.0", "json", 16),
+        for label, source, output, k, gz in (
+            ("relay binary, 1 consumer", "bench.db.0", "binary", 1, False),
+            ("relay binary gzip, 1", "bench.db.0", "binary", 1, True),
+            ("relay json, 1 consumer", "bench.db.0", "json", 1, False),
+            ("relay binary raw, 1", "bench.raw.0", "binary", 1, False),
+            ("relay binary, 16 consumers", "bench.db.0", "binary", 16, False),
+            ("relay json, 16 consumers", "bench.db.0", "json", 16, False),
         ):
             reps = args.reps if k == 1 else 1
-            result = best([await many(url, source, output, n, k) for _ in range(reps)])
+            result = best([await many(url, source, output, n, k, gz) for _ in range(reps)])
             print(line(label, args.fsync, *result, wire_rate))
         lat = await tail_latency(endpoint, url, "bench/tail/0", args.tail)
         q = statistics.quantiles(lat, n=100)

@@ -196,7 +196,9 @@ class RelayConsumer:
     """Pull a relay's ``/stream`` for ``sources`` (ids or names), from a persisted
     checkpoint. ``filters`` is the spec's filter JSON (text or dict), applied by the
     server; ``output`` ``"binary"`` or ``"json"``; ``size`` the most bytes per answer;
-    ``hold_ms`` how long the relay may hold a request at the tail."""
+    ``hold_ms`` how long the relay may hold a request at the tail; ``gzip=True`` asks
+    for compressed answers (worth it across a slow network: on one host compressing costs
+    the relay about three quarters of its binary rate)."""
 
     def __init__(
         self,
@@ -212,6 +214,7 @@ class RelayConsumer:
         on_window_end: WindowCallback | None = None,
         client_name: str | None = None,
         max_backoff: float = 2.0,
+        gzip: bool = False,
     ) -> None:
         if output not in ("binary", "json"):
             raise ValueError("output must be 'binary' or 'json'")
@@ -226,6 +229,7 @@ class RelayConsumer:
         self.on_window_end = on_window_end
         self.client_name = client_name or f"consumer-{os.getpid()}"
         self.max_backoff = max_backoff
+        self.gzip = gzip
         self.stats = ConsumerStats()
         self.checkpoint: str | None = None
         self._loaded = False
@@ -260,7 +264,7 @@ class RelayConsumer:
             params["checkPoint"] = self.checkpoint
         if self.filters:
             params["filters"] = self.filters
-        headers = {"Accept-Encoding": "gzip"}
+        headers = {"Accept-Encoding": "gzip" if self.gzip else "identity"}
         async with self._session.get(self.url + "/stream", params=params, headers=headers) as r:
             return r.status, dict(r.headers), await r.read()
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import json
 import logging
 import struct
 import time
@@ -345,8 +344,10 @@ class Partition:
             sent += s
             dropped += d
         if not eop_seen:
-            marker = databus.end_of_period(scn)
-            chunk = _json_line(marker) if as_json else databus.encode(marker)
+            if as_json:
+                chunk = _json_line(databus.end_of_period(scn))
+            else:
+                chunk = databus.encode_end_of_period(scn)
             chunks.append(chunk)
             nbytes += len(chunk)
         return chunks, nbytes, sent, dropped
@@ -365,8 +366,9 @@ class Partition:
             return (_json_line(event) if as_json else _v2(payload, event)), 1, 0
         if test is not None and not test(scn):
             return b"", 0, 1
-        event = databus.DatabusEvent(scn, scn, bytes(payload), self.src_id)
-        return (_json_line(event) if as_json else databus.encode(event)), 1, 0
+        if as_json:
+            return _json_line(databus.DatabusEvent(scn, scn, bytes(payload), self.src_id)), 1, 0
+        return databus.encode_upsert(scn, scn, payload, self.src_id), 1, 0
 
 
 _LEN: Final = struct.Struct(">i")
@@ -402,7 +404,7 @@ def _databus_window(
         chunks.append(chunk)
         nbytes += len(chunk)
     if src != EOP:
-        marker = databus.encode(databus.end_of_period(scn))
+        marker = databus.encode_end_of_period(scn)
         chunks.append(marker)
         nbytes += len(marker)
     return chunks, nbytes, sent, dropped
@@ -454,7 +456,7 @@ def _databus_run(
         sent += src >= 0
         if pos >= boundary:  # the end of window k
             if src != eop:
-                marker = databus.encode(databus.end_of_period(scns[k]))
+                marker = databus.encode_end_of_period(scns[k])
                 append(marker)
                 nbytes += len(marker)
             k += 1
@@ -479,5 +481,4 @@ def _v2(payload: memoryview, event: databus.DatabusEvent) -> bytes:
     return bytes(payload) if payload[0] == databus.V2 else databus.encode(event)
 
 
-def _json_line(event: databus.DatabusEvent) -> bytes:
-    return json.dumps(databus.to_json(event), separators=(",", ":")).encode() + b"\n"
+_json_line = databus.json_line

@@ -170,9 +170,33 @@ def test_round_trips(ev: DatabusEvent) -> None:
     assert databus.decode(databus.encode(v2)) == v2
     assert databus.decode(databus.encode(ev, version=1)) == ev
     assert databus.from_json(json.loads(json.dumps(databus.to_json(ev)))) == ev
+    line = json.dumps(databus.to_json(ev), separators=(",", ":")).encode() + b"\n"
+    assert databus.json_line(ev) == line
+    eop = databus.end_of_period(ev.sequence)
+    assert (
+        databus.json_line(eop)
+        == json.dumps(databus.to_json(eop), separators=(",", ":")).encode() + b"\n"
+    )
     for version in (1, 2):
         peeked = databus.peek(databus.encode(v2, version))
         assert peeked == (ev.sequence, ev.src_id, ev.key, ev.timestamp_ns)
+
+
+@given(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.binary(max_size=100),
+    st.integers(0, 2**15 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(-(2**15), 2**15 - 1),
+)
+def test_fast_encoders_match_encode(
+    seq: int, key: int, value: bytes, src: int, ts: int, part: int
+) -> None:
+    ev = DatabusEvent(seq, key, value, src, "UPSERT", part, part, ts)
+    assert databus.encode_upsert(seq, key, value, src, ts, part) == databus.encode(ev)
+    eop = databus.end_of_period(seq, part, ts)
+    assert databus.encode_end_of_period(seq, part, ts) == databus.encode(eop)
 
 
 def _fields(ev: DatabusEvent) -> dict[str, object]:

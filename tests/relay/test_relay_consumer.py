@@ -158,7 +158,7 @@ async def test_table_checkpoint_store(module_server: ServerProcess) -> None:
         store = TableCheckpointStore(client, table, "reader-1")
         assert await store.load() is None
         async with RelayConsumer(
-            url, [source_name(seg)], checkpoint_store=store, size=200, hold_ms=0,
+            url, [source_name(seg)], checkpoint_store=store, size=200, hold_ms=0, gzip=True,
             on_event=lambda e: seen.append(int(e.key)),  # type: ignore[arg-type]
         ) as consumer:  # fmt: skip
             await consumer.poll()
