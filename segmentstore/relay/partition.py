@@ -43,7 +43,7 @@ from .filters import KeyTest
 log = logging.getLogger("segmentstore.relay")
 
 _HEADER: Final = struct.Struct(">ii")
-READ_CHUNK: Final = 4 * 1024 * 1024
+INDEX_CHUNK: Final = 256 * 1024
 MAX_RECORD: Final = 64 * 1024 * 1024
 EOP = databus.EOP_SOURCE_ID
 
@@ -113,7 +113,9 @@ class Partition:
             elif info.start_offset > self.base:
                 self._drop_below(info.start_offset)
             while self.scan_offset < info.length and not self.broken:
-                want = min(info.length - self.scan_offset, READ_CHUNK)
+                # small steps, yielding between them: indexing never holds the loop long
+                await asyncio.sleep(0)
+                want = min(info.length - self.scan_offset, INDEX_CHUNK)
                 data = await self._read(self.scan_offset, want)
                 used = self._index(data, self.scan_offset)
                 if used == 0 and not self.broken:  # one record larger than a read

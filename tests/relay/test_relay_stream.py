@@ -210,3 +210,34 @@ async def test_v1_events_are_served_as_v2(module_server: ServerProcess) -> None:
     assert body[0] == databus.V2
     assert decode_events(body, False)[0] == ev
     assert decode_events(body, False)[1].end_of_period
+
+
+async def test_segment_of_raw_bytes_is_not_served_but_harms_nothing(
+    module_server: ServerProcess,
+) -> None:
+    import uuid
+
+    from segmentstore_client.protocol import block_end
+    from server.wire import WireClient, next_id  # tests/server/wire.py
+
+    seg = unique_segment()
+    writer = uuid.uuid4()
+    async with await WireClient.connect(module_server.host, module_server.port) as wire:
+        await wire.create_segment(seg)
+        await wire.setup_append(writer, seg)
+        garbage = b"\xff\xff\xff\xff not event records at all"
+        wire.send(block_end(writer, garbage, 1, 1, next_id()))
+        await wire.wait_acked(writer, 1)
+    name = source_name(seg)
+    status, headers, body = await get(
+        module_server.http_port, "/stream", {"sources": name, "timeout": "0"}
+    )
+    assert status == 200 and headers["X-Databus-Error"] == "no-events" and body == b""
+    _s, _h, stats = await get(module_server.http_port, "/stats")
+    listed = json.loads(stats)["inbound"]["sources"]
+    entry = next(v for v in listed.values() if v["name"] == name)
+    assert "no event record at offset 0" in entry["error"]
+    other = unique_segment()
+    await write(module_server.endpoint, other, [b"fine"])
+    events, _a, _cp = await stream_all(module_server.http_port, f"{name},{source_name(other)}")
+    assert [e.value for e in events] == [b"fine"]
