@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..storage import StorageError
+from ..storage import SegmentNotFound, StorageError
 from .catalogue import Source, SourceCatalogue
 from .checkpoint import Checkpoint
 from .filters import KeyTest
@@ -83,8 +83,12 @@ class RelayService:
         """The source's partitions with everything committed indexed."""
         parts = [self.partition(source, seg) for seg in source.partitions]
         for part in parts:
-            with contextlib.suppress(StorageError):  # deleted meanwhile: serve what we have
+            try:
                 await part.catch_up()
+            except SegmentNotFound:  # deleted meanwhile: serve nothing more, forget it
+                self.partitions.pop(part.segment, None)
+            except StorageError:  # e.g. truncated under the read: serve what we have
+                pass
         return parts
 
     async def stream(

@@ -206,3 +206,18 @@ async def test_cli_registers_a_schema(module_server: ServerProcess, tmp_path: Pa
         _cli, name, "-", "--endpoint", "tcp://127.0.0.1:1", stdin="{}"
     )
     assert unreachable.returncode == 3 and len(unreachable.stderr.splitlines()) == 1
+
+
+async def test_deleted_source_disappears(module_server: ServerProcess) -> None:
+    seg = unique_segment()
+    port = module_server.http_port
+    await write(module_server.endpoint, seg, db_windows(2, 1))
+    name = source_name(seg)
+    waiting = asyncio.ensure_future(get(port, "/stream", {"sources": name, "timeout": "0"}))
+    assert (await waiting)[0] == 200
+    async with sc.connect(module_server.endpoint) as client:
+        await client.delete(seg)
+    status, headers, _b = await get(port, "/stream", {"sources": name, "timeout": "0"})
+    assert status == 404 and "unknown source" in headers["X-Databus-Error-Cause"]
+    _s, _h, body = await get(port, "/stats")
+    assert all(v["name"] != name for v in json.loads(body)["inbound"]["sources"].values())
