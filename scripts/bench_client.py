@@ -25,16 +25,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -58,6 +56,8 @@ from segmentstore_client.protocol import (  # noqa: E402
     frame_events,
 )
 
+from segmentstore.server.launcher import ServerProcess  # noqa: E402
+
 try:
     import uvloop
 except ImportError:  # pragma: no cover
@@ -72,38 +72,15 @@ BOUND = 32 * 1024 * 1024
 
 @contextmanager
 def server(fsync: str) -> Iterator[tuple[str, int]]:
+    """The shared launcher (no SEGMENTSTORE_* inherited); yields (endpoint, pid)."""
     with tempfile.TemporaryDirectory(prefix="bench-client-") as data_dir:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "segmentstore", "serve", "--host", "127.0.0.1",
-                "--port", "0", "--http-port", "-1", "--data-dir", data_dir,
-                "--fsync", fsync, "--log-level", "INFO",
-            ],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT,
-        )  # fmt: skip
-        assert proc.stderr is not None
-        endpoint = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            m = re.search(r"listening on ([0-9.]+):(\d+)", line)
-            if m:
-                endpoint = f"tcp://{m.group(1)}:{m.group(2)}"
-                break
-        if endpoint is None:
-            proc.kill()
-            raise RuntimeError("server did not start")
-        threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+        proc = ServerProcess(Path(data_dir), ["--fsync", fsync], http_port=-1)
+        proc.start()
         try:
-            yield endpoint, proc.pid
+            yield proc.endpoint, proc.pid
         finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            with suppress(subprocess.TimeoutExpired):
+                proc.stop(20)
 
 
 # -- raw protocol --------------------------------------------------------------------------

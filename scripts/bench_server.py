@@ -54,7 +54,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import deque
@@ -80,7 +79,8 @@ from segmentstore_client.protocol import (
     frame_events,
 )
 
-READY = re.compile(r"listening on ([0-9.]+):(\d+)")
+from segmentstore.server.launcher import ServerProcess
+
 CACHE = re.compile(r"read cache (\d+) MiB")
 HEAD = struct.Struct(">ii")
 ABE_HEAD = struct.Struct(">ii16sii")  # type, length, writerId, sizeOfWholeEvents, data length
@@ -149,56 +149,35 @@ class CpuMeter:
 
 
 class ServerProc:
+    """The server under test, started by the shared launcher (no SEGMENTSTORE_* inherited)."""
+
     def __init__(self, data_dir: Path, fsync: str, profile: Path | None = None) -> None:
+        self.launcher = ServerProcess(
+            data_dir,
+            extra_args=["--fsync", fsync],
+            http_port=-1,
+            command_prefix=["-m", "cProfile", "-o", str(profile)] if profile else [],
+        )
+        self.launcher.start()
         self.data_dir = data_dir
         self.fsync = fsync
-        cmd = [sys.executable]
-        if profile is not None:
-            cmd += ["-m", "cProfile", "-o", str(profile)]
-        cmd += ["-m", "segmentstore", "serve", "--host", "127.0.0.1", "--port", "0"]
-        cmd += ["--data-dir", str(data_dir), "--http-port", "-1", "--fsync", fsync]
-        cmd += ["--log-level", "INFO"]  # the ready line is logged at INFO
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SEGMENTSTORE_")}
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-        )
-        self.log: list[str] = []
-        self.cache_mb = 0  # the server's read cache size, from its startup log
-        assert self.proc.stderr is not None
-        deadline = time.monotonic() + 60
-        self.port = 0
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                raise RuntimeError("server exited:\n" + "".join(self.log))
-            self.log.append(line)
-            c = CACHE.search(line)
-            if c:
-                self.cache_mb = int(c.group(1))
-            m = READY.search(line)
-            if m:
-                self.port = int(m.group(2))
-                break
-        else:
-            self.proc.kill()
-            raise RuntimeError("server not ready:\n" + "".join(self.log))
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.port = self.launcher.port
+        self.log = self.launcher.log
+        caches = [int(m.group(1)) for line in self.log if (m := CACHE.search(line))]
+        self.cache_mb = caches[0] if caches else 0  # the server's read cache size
 
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            if len(self.log) < 1000:
-                self.log.append(line)
+    @property
+    def proc(self) -> subprocess.Popen[str]:
+        assert self.launcher.proc is not None
+        return self.launcher.proc
 
     def cpu(self) -> float:
         return cpu_seconds(self.proc.pid)
 
     def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(60)
+            return self.launcher.stop(60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
             return self.proc.wait(10)
 
 

@@ -17,68 +17,32 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-READY = re.compile(r"listening on ([0-9.]+):(\d+)")
+from segmentstore.server.launcher import ServerProcess
 
 
 @contextmanager
 def server(data_dir: Path, fsync: str) -> Iterator[str]:
-    """A segmentstore server process for the benchmark; yields its endpoint."""
-    args = [
-        sys.executable,
-        "-m",
-        "segmentstore",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--data-dir",
-        str(data_dir),
-        "--http-port",
-        "-1",
-        "--fsync",
-        fsync,
-        "--log-level",
-        "INFO",  # the "listening on" line is logged at INFO
-    ]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
+    """A segmentstore server process for the benchmark (the shared launcher, no
+    SEGMENTSTORE_* inherited); yields its endpoint."""
+    proc = ServerProcess(data_dir, ["--fsync", fsync], http_port=-1)
+    proc.start()
     try:
-        endpoint = None
-        for _ in range(1000):
-            line = proc.stderr.readline()
-            if not line:
-                raise RuntimeError("the server exited during startup")
-            m = READY.search(line)
-            if m:
-                endpoint = f"tcp://{m.group(1)}:{m.group(2)}"
-                break
-        if endpoint is None:
-            raise RuntimeError("the server never said it was listening")
-        stream = proc.stderr
-        threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()
-        yield endpoint
+        yield proc.endpoint
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        with suppress(subprocess.TimeoutExpired):
+            proc.stop(20)
 
 
 def timed(runs: int, prepare: Callable[[int], Any], action: Callable[[Any], None]) -> float:

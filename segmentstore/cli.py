@@ -20,7 +20,18 @@ from . import __version__
 from .config import FSYNC_MODES, ConfigError, load_config
 
 # One line per subcommand module; each module's add_parser registers its commands.
-SUBCOMMANDS: tuple[str, ...] = ("segmentstore.commands.relay_schema",)
+EXIT_STORAGE = 3  # serve: the store refused to open its data directory
+
+SUBCOMMANDS: tuple[str, ...] = (
+    "segmentstore.commands.segment",
+    "segmentstore.commands.table",
+    "segmentstore.commands.health",
+    "segmentstore.commands.bench",
+    "segmentstore.commands.completion",
+    "segmentstore.commands.transfer",
+    "segmentstore.commands.check",
+    "segmentstore.commands.relay_schema",
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     s.add_argument("--containers", type=int, help="segment containers (default 1)")
-    s.add_argument("--max-connections", type=int, help="connection cap (default 10000)")
+    s.add_argument(
+        "--max-connections",
+        type=int,
+        help="connection cap (default 0: the open-file limit less a reserve for storage)",
+    )
     s.add_argument("--tail-read-timeout-s", type=float, help="tail read wait (default 10)")
     s.add_argument(
         "--read-cache-mb",
@@ -85,15 +100,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .server.server import run
+    from .server.server import StartupError, run
+    from .storage import StorageError
 
     try:
-        import uvloop
-    except ImportError:
-        logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
-        asyncio.run(run(config))
-    else:
-        uvloop.run(run(config))
+        try:
+            import uvloop
+        except ImportError:
+            logging.getLogger("segmentstore").warning("uvloop not installed; using asyncio's loop")
+            asyncio.run(run(config))
+        else:
+            uvloop.run(run(config))
+    except StorageError as e:
+        # A refusal to open the data directory (damage, wrong layout, in use): one line.
+        print(f"segmentstore: cannot start: {e}", file=sys.stderr)
+        return EXIT_STORAGE
+    except StartupError as e:
+        print(f"segmentstore: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

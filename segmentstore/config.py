@@ -36,12 +36,22 @@ class ServerConfig:
     http_idle_timeout_s: float = 30.0  # an HTTP connection with no request in flight closes
     log_level: str = "INFO"
     containers: int = 1
-    max_connections: int = 10_000
+    max_connections: int = 0  # 0: derived from the fd limit (RLIMIT_NOFILE - reserve)
     connection_inflight_bytes: int = 32 * 1024 * 1024
     connection_write_buffer_bytes: int = 8 * 1024 * 1024
     tail_read_timeout_s: float = 10.0
     read_cache_mb: int = 0  # 0: 1/8 of the memory the process may use, 64 MiB to 1 GiB
     direct_io: str = "on"  # chunk files with O_DIRECT where the filesystem allows it
+    # --- resource budgets and timeouts (issue 13; README "Resource budgets") ---
+    store_input_bytes: int = 128 * 1024 * 1024  # partial frames buffered, all connections
+    store_output_bytes: int = 128 * 1024 * 1024  # replies queued, all connections
+    store_inflight_bytes: int = 256 * 1024 * 1024  # appends not yet durable, all connections
+    max_pending_requests: int = 256  # requests being served at once, per connection
+    disk_read_concurrency: int = 32  # reads from chunk files at once, all connections
+    hello_timeout_s: float = 10.0  # a connection must send Hello within this
+    frame_timeout_s: float = 30.0  # a frame must complete within this of its first byte
+    write_stall_timeout_s: float = 60.0  # queued replies must start draining within this
+    fd_reserve: int = 0  # fds kept for storage and metrics; 0 = max(64, 1/8 of the limit)
 
     def validate(self) -> ServerConfig:
         if self.fsync not in FSYNC_MODES:
@@ -58,6 +68,20 @@ class ServerConfig:
             raise ConfigError(f"direct_io must be on or off, not {self.direct_io!r}")
         if self.tail_read_timeout_s <= 0:
             raise ConfigError("tail read timeout must be positive")
+        for name in ("hello_timeout_s", "frame_timeout_s", "write_stall_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+        for name in (
+            "store_input_bytes",
+            "store_output_bytes",
+            "store_inflight_bytes",
+            "max_pending_requests",
+            "disk_read_concurrency",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        if self.max_connections < 0 or self.fd_reserve < 0:
+            raise ConfigError("max_connections and fd_reserve must be 0 (automatic) or more")
         if self.http_max_connections < 1 or self.http_idle_timeout_s <= 0:
             raise ConfigError("http max connections and idle timeout must be positive")
         return self

@@ -14,6 +14,8 @@ Async first::
 and blocking, for scripts, notebooks and Spark executors: ``segmentstore_client.sync``.
 """
 
+import logging
+
 from . import errors, records
 from .admin import EVENT_COUNT_ATTRIBUTE, SegmentInfo, TableInfo
 from .client import Client, connect
@@ -31,6 +33,7 @@ from .errors import (
     EventTooLarge,
     IncompatibleServer,
     InvalidArgument,
+    InvalidSegmentName,
     NoSuchSegment,
     OperationUnsupported,
     SegmentAlreadyExists,
@@ -48,12 +51,18 @@ from .errors import (
     WriterFenced,
     WrongHost,
 )
+from .naming import writer_uuid
 from .position import Position
 from .reader import Event, EventReader, ReadChunk
 from .table import MUST_NOT_EXIST, Table, TableChanges, TableEntry, TableKeyVersion
-from .writer import Ack, EventWriter, writer_uuid
+from .writer import Ack, EventWriter
+from .writer_state import WriterState
 
 __version__ = "0.1.0"
+
+# The library logs to "segmentstore_client"; an application that configured no logging
+# sees nothing on stderr (Python's last-resort handler would print WARNINGs otherwise).
+logging.getLogger("segmentstore_client").addHandler(logging.NullHandler())
 
 __all__ = [
     "EVENT_COUNT_ATTRIBUTE",
@@ -77,6 +86,7 @@ __all__ = [
     "EventWriter",
     "IncompatibleServer",
     "InvalidArgument",
+    "InvalidSegmentName",
     "NoSuchSegment",
     "OperationUnsupported",
     "Position",
@@ -100,6 +110,7 @@ __all__ = [
     "TokenExpired",
     "WriterClosed",
     "WriterFenced",
+    "WriterState",
     "WrongHost",
     "connect",
     "errors",

@@ -10,12 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import weakref
 from collections.abc import Generator
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from .admin import AdminClient
 from .connection import ConnectionOptions, Endpoint
 from .errors import ClientClosed
+from .eventbus import EventBus
+from .formats import RecordFormat
+from .formats._sdk import FormattedReader, FormattedWriter
+from .pool import within
 from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
 from .table import Table
@@ -42,10 +47,45 @@ class Client(AdminClient):
     def __init__(self, endpoint: str | Endpoint, options: ConnectionOptions) -> None:
         super().__init__(endpoint, options)
         self._writers: set[EventWriter] = set()
+        self._readers: weakref.WeakSet[EventReader] = weakref.WeakSet()
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<Client {self.endpoint}{' closed' if self._closed else ''}>"
+        return f"<Client {self.endpoint} {self.state}>"
+
+    @property
+    def state(self) -> str:
+        """``"connected"`` (a connection is open), ``"disconnected"`` (none is: not
+        opened yet, or reconnecting) or ``"closed"``.
+
+        Example::
+
+            if client.state != "connected":
+                await client.ping(timeout=2)
+        """
+        if self._closed:
+            return "closed"
+        return "connected" if self._pool.connected else "disconnected"
+
+    async def ping(self, *, timeout: float | None = None) -> float:
+        """Round trip to the server in seconds: a KeepAlive answered by a KeepAlive over a
+        pooled connection (connecting first if needed). Raises :class:`Timeout` after
+        ``timeout`` (default: the request timeout), :class:`ConnectFailed` if the server
+        cannot be reached, :class:`ClientClosed` after :meth:`close`.
+
+        Example::
+
+            print(f"{await client.ping(timeout=2) * 1000:.2f} ms")
+        """
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        limit = self.options.request_timeout if timeout is None else timeout
+
+        async def once() -> float:
+            conn = await self._pool.acquire()
+            return await conn.ping()
+
+        return await within(limit, once())
 
     async def open(self) -> Client:
         """Open the first connection now (``async with`` and ``await`` call this), so that
@@ -68,7 +108,10 @@ class Client(AdminClient):
         await self.close()
 
     async def close(self) -> None:
-        """Flush and close every writer made by this client, then close the connections.
+        """Close every reader made by this client (their loops end), flush and close every
+        writer it made, then close the connections; calls still waiting raise
+        :class:`ClientClosed`. Nothing reconnects once ``close`` has begun: a writer
+        whose connection is lost fails its unacknowledged events with ClientClosed.
 
         Example::
 
@@ -77,6 +120,12 @@ class Client(AdminClient):
         if self._closed:
             return
         self._closed = True
+        # No reconnects from here on: a writer whose connection is gone fails at once
+        # (with ClientClosed) instead of retrying for the reconnect timeout; writers on
+        # open connections still flush.
+        self._pool.stop_connecting()
+        for reader in list(self._readers):
+            await reader.close()  # wakes a reader parked at the tail: its loop ends
         writers = list(self._writers)
         results = await asyncio.gather(*(w.close() for w in writers), return_exceptions=True)
         for w, r in zip(writers, results, strict=True):
@@ -84,6 +133,30 @@ class Client(AdminClient):
                 log.warning("closing %r failed: %s", w, r)
         await self._pool.close()
 
+    @overload
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = ...,
+        *,
+        first_event_number: int | None = ...,
+        block_size: int = ...,
+        linger: float = ...,
+        max_buffered_bytes: int = ...,
+        format: None = ...,
+    ) -> EventWriter: ...
+    @overload
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = ...,
+        *,
+        first_event_number: int | None = ...,
+        block_size: int = ...,
+        linger: float = ...,
+        max_buffered_bytes: int = ...,
+        format: str | RecordFormat,
+    ) -> FormattedWriter: ...
     def writer(
         self,
         segment: str,
@@ -93,7 +166,8 @@ class Client(AdminClient):
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
-    ) -> EventWriter:
+        format: str | RecordFormat | None = None,
+    ) -> EventWriter | FormattedWriter:
         """An :class:`EventWriter` for ``segment`` (it connects on first use).
 
         ``writer_id`` (UUID or any string) identifies the writer across reconnects and
@@ -107,6 +181,11 @@ class Client(AdminClient):
 
             async with client.writer("orders/0", writer_id="loader-1") as w:
                 await w.write_many(payloads)
+
+        ``format`` ("kafka", "events", "records", "databus" or a
+        :class:`~segmentstore_client.formats.RecordFormat`) returns a
+        :class:`~segmentstore_client.formats._sdk.FormattedWriter` writing one record
+        per event: ``await w.write(b"v", key=b"k")``.
         """
         if self._closed:
             raise ClientClosed("the client is closed")
@@ -120,11 +199,36 @@ class Client(AdminClient):
             max_buffered_bytes=max_buffered_bytes,
         )
         self._writers.add(w)
-        return w
+        return w if format is None else FormattedWriter(w, format)
 
-    def _forget_writer(self, writer: EventWriter) -> None:
-        self._writers.discard(writer)
+    def _forget_writer(self, writer: object) -> None:
+        if isinstance(writer, EventWriter):
+            self._writers.discard(writer)
 
+    def _forget_reader(self, reader: object) -> None:
+        if isinstance(reader, EventReader):
+            self._readers.discard(reader)
+
+    @overload
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = ...,
+        *,
+        follow: bool = ...,
+        read_size: int = ...,
+        format: None = ...,
+    ) -> EventReader: ...
+    @overload
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = ...,
+        *,
+        follow: bool = ...,
+        read_size: int = ...,
+        format: str | RecordFormat,
+    ) -> FormattedReader: ...
     def reader(
         self,
         segment: str,
@@ -132,7 +236,8 @@ class Client(AdminClient):
         *,
         follow: bool = False,
         read_size: int = 1024 * 1024,
-    ) -> EventReader:
+        format: str | RecordFormat | None = None,
+    ) -> EventReader | FormattedReader:
         """An :class:`EventReader` over ``segment`` from ``offset`` (an event boundary or
         a saved :class:`Position`).
 
@@ -141,10 +246,18 @@ class Client(AdminClient):
 
             async for event in client.reader("orders/0", follow=True):
                 print(event.data)
-        """
-        return EventReader(self, segment, offset, follow=follow, read_size=read_size)
 
-    async def read_bytes(self, segment: str, offset: int, length: int) -> ReadChunk:
+        ``format`` yields decoded records instead of events (see :meth:`writer`).
+        """
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        reader = EventReader(self, segment, offset, follow=follow, read_size=read_size)
+        self._readers.add(reader)
+        return reader if format is None else FormattedReader(reader, format)
+
+    async def read_bytes(
+        self, segment: str, offset: int, length: int, *, timeout: float | None = None
+    ) -> ReadChunk:
         """Up to ``length`` raw bytes of ``segment`` from ``offset`` (any offset, not only
         event boundaries), without parsing events: one ``ReadSegment`` over the pooled
         connections.
@@ -167,11 +280,22 @@ class Client(AdminClient):
             raise ValueError("offset must not be negative")
         if not 1 <= length <= _MAX_READ_LENGTH:
             raise ValueError(f"length must be within 1..{_MAX_READ_LENGTH}")
-        reply = await read_segment(self, segment, offset, length)
+        reply = await within(timeout, read_segment(self, segment, offset, length))
         data = reply.data if type(reply.data) is bytes else bytes(reply.data)
         if len(data) > length:  # the server rounds tiny reads up to a record header
             return ReadChunk(offset, data[:length], False, False)
         return ReadChunk(offset, data, reply.at_tail, reply.end_of_segment)
+
+    def events(self, scope: str, *, partitions: int = 1) -> EventBus:
+        """Request/reply with namespaced events over the segments of ``scope``: an
+        emitter and a handler registry (see :mod:`segmentstore_client.eventbus`).
+
+        Example::
+
+            async with client.events("shop") as bus:
+                reply = await bus.emit("price", b"sku-1", namespace="catalog")
+        """
+        return EventBus(self, scope, partitions=partitions)
 
     def table(self, name: str) -> Table:
         """A handle on the table ``name`` (no request is sent until it is used).
@@ -181,6 +305,8 @@ class Client(AdminClient):
             table = client.table("app/_tables/settings")
             await table.put("k", "v")
         """
+        if self._closed:
+            raise ClientClosed("the client is closed")
         return Table(self, name)
 
 

@@ -1,5 +1,5 @@
-"""Connections to a segment store: Hello negotiation, request-id correlation, KeepAlive,
-timeouts, and a small pool that reconnects with exponential backoff.
+"""Connections to a segment store: Hello negotiation, request-id correlation, KeepAlive
+and request timeouts (the pool that reconnects them is ``pool.py``).
 
 Contract: a :class:`Connection` is one TCP connection speaking Pravega's wire protocol
 through the sans-IO codec. Replies are matched to requests by request id (one-shot
@@ -7,8 +7,7 @@ waiters), to writer sessions by request id (persistent routes: append errors car
 SetupAppend's id) and to writers by writer id (DataAppended and friends). When the
 connection breaks, every waiter fails with :class:`ConnectionLost` and every route and
 writer is told once, so writers and readers can reconnect through the pool. Nothing here
-retries on its own except :meth:`ConnectionPool.acquire`, which keeps reconnecting (with
-backoff and jitter) until its deadline.
+retries on its own.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import random
+import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +25,6 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from .errors import (
-    ClientClosed,
     ConnectFailed,
     ConnectionLost,
     IncompatibleServer,
@@ -46,6 +45,7 @@ from .protocol import (
 )
 
 log = logging.getLogger("segmentstore_client")
+
 
 DEFAULT_PORT: Final = 12345
 _KEEPALIVE_FRAME: Final = encode(KeepAlive())
@@ -140,6 +140,9 @@ class Connection(asyncio.Protocol):
         self._rx_seen = 0
         self._ka_pending = False
         self._ka_handle: asyncio.TimerHandle | None = None
+        self._ka_sent = 0  # KeepAlives sent, and answered (the server echoes each one)
+        self._ka_echoed = 0
+        self._pings: list[tuple[int, asyncio.Future[None]]] = []
 
     # -- state -----------------------------------------------------------------------
 
@@ -205,7 +208,10 @@ class Connection(asyncio.Protocol):
         if rid is None:
             if t is Hello and not self._hello.done():
                 self._hello.set_result(cmd)  # type: ignore[arg-type]
-            # KeepAlive: the receive counter already noted the traffic.
+            elif t is KeepAlive:  # the receive counter already noted the traffic
+                self._ka_echoed += 1
+                if self._pings:
+                    self._answer_pings()
             return
         fut = self._waiters.pop(rid, None)
         if fut is not None:
@@ -279,7 +285,7 @@ class Connection(asyncio.Protocol):
         if timeout is None:
             timeout = self.options.request_timeout
         handle = (
-            self.loop.call_later(timeout, self._expire, request_id, fut, command)
+            self.loop.call_later(timeout, self._expire, request_id, fut, command, timeout)
             if timeout > 0
             else None
         )
@@ -292,12 +298,14 @@ class Connection(asyncio.Protocol):
             if self._waiters.get(request_id) is fut:
                 del self._waiters[request_id]
 
-    def _expire(self, request_id: int, fut: asyncio.Future[Command], command: Command) -> None:
+    def _expire(
+        self, request_id: int, fut: asyncio.Future[Command], command: Command, timeout: float
+    ) -> None:
         if not fut.done():
             fut.set_exception(
                 Timeout(
                     f"no reply to {type(command).__name__} (request {request_id}) from "
-                    f"{self.endpoint} within {self.options.request_timeout:g}s"
+                    f"{self.endpoint} within {timeout:g}s"
                 )
             )
 
@@ -361,6 +369,30 @@ class Connection(asyncio.Protocol):
             )
         self.negotiated_version = min(WIRE_VERSION, hello.high_version)
 
+    async def ping(self) -> float:
+        """Send a KeepAlive and wait for the server's; returns the round trip in seconds.
+
+        Example: ``rtt = await conn.ping()``
+        """
+        if self._error is not None:
+            raise self._error
+        fut: asyncio.Future[None] = self.loop.create_future()
+        started = time.perf_counter()  # uvloop's clock counts whole milliseconds
+        self.write(_KEEPALIVE_FRAME)
+        self._ka_sent += 1
+        self._pings.append((self._ka_sent, fut))
+        try:
+            await fut
+        finally:
+            self._pings = [p for p in self._pings if p[1] is not fut]
+        return time.perf_counter() - started
+
+    def _answer_pings(self) -> None:
+        echoed = self._ka_echoed
+        for sent, fut in self._pings:
+            if sent <= echoed and not fut.done():
+                fut.set_result(None)
+
     def _keepalive_tick(self) -> None:
         if self._error is not None:
             return
@@ -375,6 +407,7 @@ class Connection(asyncio.Protocol):
                 return
             self._ka_pending = True
             self.write(_KEEPALIVE_FRAME)
+            self._ka_sent += 1
         else:
             self._ka_pending = False
         self._rx_seen = self._rx_count
@@ -408,6 +441,9 @@ class Connection(asyncio.Protocol):
         for fut in waiters.values():
             if not fut.done():
                 fut.set_exception(error)
+        for _, ping in self._pings:
+            if not ping.done():
+                ping.set_exception(error)
         drains, self._drain_waiters = self._drain_waiters, []
         for d in drains:
             if not d.done():
@@ -447,134 +483,13 @@ async def open_connection(
             f"could not connect to {endpoint} within {options.connect_timeout:g}s"
         ) from None
     except OSError as e:
-        raise ConnectFailed(f"could not connect to {endpoint}: {e}") from e
-    await conn.handshake(options.connect_timeout)
+        error = ConnectFailed(f"could not connect to {endpoint}: {e}")
+        # Nothing listens there, or the name does not resolve: not a passing blip.
+        error.refused = isinstance(e, ConnectionRefusedError | socket.gaierror)
+        raise error from e
+    try:
+        await conn.handshake(options.connect_timeout)
+    except BaseException:
+        conn.close()
+        raise
     return conn
-
-
-class Backoff:
-    """Exponential backoff with full jitter, bounded by a deadline.
-
-    Example::
-
-        backoff = Backoff(options)
-        while True:
-            try: return await attempt()
-            except ConnectionLost: await backoff.wait()   # raises when the deadline passes
-    """
-
-    def __init__(self, options: ConnectionOptions, timeout: float | None = None) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._delay = options.backoff_initial
-        self._max = options.backoff_max
-        limit = options.reconnect_timeout if timeout is None else timeout
-        self.deadline = self._loop.time() + limit
-        self.attempts = 0
-
-    def expired(self) -> bool:
-        """True once the deadline has passed. Example: ``if backoff.expired(): raise err``"""
-        return self._loop.time() >= self.deadline
-
-    async def wait(self, error: BaseException | None = None) -> None:
-        """Sleep before the next attempt; re-raise ``error`` once the deadline is past."""
-        self.attempts += 1
-        remaining = self.deadline - self._loop.time()
-        if remaining <= 0:
-            if error is not None:
-                raise error
-            raise ConnectionLost("gave up reconnecting")
-        delay = min(self._delay * (0.5 + random.random() / 2), remaining)
-        self._delay = min(self._delay * 2, self._max)
-        await asyncio.sleep(delay)
-
-
-class ConnectionPool:
-    """A few connections to one endpoint, handed out round-robin, reopened on demand.
-
-    Example::
-
-        pool = ConnectionPool(Endpoint.parse("tcp://127.0.0.1:12345"), ConnectionOptions())
-        conn = await pool.acquire()
-    """
-
-    def __init__(self, endpoint: Endpoint, options: ConnectionOptions) -> None:
-        if options.pool_size < 1:
-            raise ValueError("pool_size must be at least 1")
-        self.endpoint = endpoint
-        self.options = options
-        self._slots: list[Connection | None] = [None] * options.pool_size
-        self._locks = [asyncio.Lock() for _ in range(options.pool_size)]
-        self._next = 0
-        self._closed = False
-        self._refills: set[asyncio.Task[None]] = set()
-
-    async def acquire(self, timeout: float | None = None) -> Connection:
-        """An open connection, reconnecting with backoff until ``timeout`` (default: the
-        options' reconnect timeout) has passed; then raises :class:`ConnectFailed`."""
-        if self._closed:
-            raise ClientClosed("the client is closed")
-        slots = self._slots
-        i = self._next
-        self._next = (i + 1) % len(slots)
-        conn = slots[i]
-        if conn is not None and conn.is_open:
-            return conn
-        if conn is not None:
-            # This slot broke: serve from a healthy one now and reopen it meanwhile.
-            for other in slots:
-                if other is not None and other.is_open:
-                    if not self._locks[i].locked():
-                        task = asyncio.get_running_loop().create_task(self._refill(i))
-                        self._refills.add(task)
-                    return other
-        async with self._locks[i]:
-            conn = self._slots[i]
-            if conn is not None and conn.is_open:
-                return conn
-            conn = await self._connect(timeout)
-            if self._closed:
-                conn.close()
-                raise ClientClosed("the client is closed")
-            self._slots[i] = conn
-            return conn
-
-    async def _refill(self, i: int) -> None:
-        try:
-            async with self._locks[i]:
-                conn = self._slots[i]
-                if conn is None or not conn.is_open:
-                    conn = await self._connect(None)
-                    if self._closed:
-                        conn.close()
-                    else:
-                        self._slots[i] = conn
-        except Exception as e:  # the next acquire of this slot tries again
-            log.info("reopening a connection to %s failed: %s", self.endpoint, e)
-        finally:
-            task = asyncio.current_task()
-            if task is not None:
-                self._refills.discard(task)
-
-    async def _connect(self, timeout: float | None) -> Connection:
-        backoff = Backoff(self.options, timeout)
-        while True:
-            try:
-                return await open_connection(self.endpoint, self.options)
-            except ConnectFailed as e:
-                log.info("connect to %s failed (%s); retrying", self.endpoint, e)
-                await backoff.wait(e)
-
-    async def close(self) -> None:
-        """Close every connection; later acquires raise :class:`ClientClosed`.
-
-        Example: ``await pool.close()``
-        """
-        self._closed = True
-        for task in list(self._refills):
-            task.cancel()
-        conns = [c for c in self._slots if c is not None]
-        self._slots = [None] * len(self._slots)
-        for c in conns:
-            c.close()
-        for c in conns:
-            await c.wait_closed()

@@ -44,7 +44,8 @@ class MalformedCommand(RemoteProtocolError):
 #
 # Everything below is raised by the client: connection trouble (ConnectionLost, Timeout,
 # ...), misuse caught locally (WriterClosed, EventTooLarge, ...) and every error reply a
-# server can send, each mapped to one named exception by :func:`error_from_reply`.
+# server can send, each mapped to one named exception by ``replies.error_from_reply``
+# (a table keyed by reply class).
 
 
 class ClientError(SegmentStoreError):
@@ -64,8 +65,12 @@ class ConnectionLost(ClientError):
 class ConnectFailed(ConnectionLost):
     """No connection could be opened to the server within the connect timeout.
 
-    Retrying helps once the server is reachable again.
+    Retrying helps once the server is reachable again. ``refused`` says the last attempt
+    was refused outright (nothing listens at the address, or its name does not resolve):
+    a client that never reached the server raises that at once instead of retrying.
     """
+
+    refused: bool = False
 
 
 class Timeout(ClientError, TimeoutError):
@@ -87,6 +92,12 @@ class ClientClosed(ClientError):
 
 class WriterClosed(ClientClosed):
     """The event writer was closed, or failed earlier; create a new writer."""
+
+
+class InvalidSegmentName(ClientError, ValueError):
+    """A segment or table name the store refuses (empty, too long for the wire, control
+    characters), caught before anything is sent; the message says which name and why.
+    Retrying won't help."""
 
 
 class EventTooLarge(ClientError, ValueError):
@@ -207,7 +218,12 @@ class AttributeConflict(ServerError):
 
 class TableConditionFailed(ServerError):
     """A conditional table update or removal failed: nothing in the batch was applied.
-    Retrying with the same versions won't help; read the key again."""
+    Retrying with the same versions won't help; read the key again.
+
+    ``keys`` holds the keys of the batch that carried a condition (the server does not
+    say which one failed; with one conditional key, that is the one)."""
+
+    keys: tuple[bytes, ...] = ()
 
 
 class TableKeyDoesNotExist(TableConditionFailed):
@@ -226,80 +242,3 @@ class TableNotEmpty(ServerError):
 class UnexpectedReply(ServerError):
     """The server answered with a command that does not fit the request. Retrying won't
     help; it points at a server or client bug."""
-
-
-def error_from_reply(reply: object) -> SegmentStoreError:
-    """The named exception for a server error reply (any decoded reply command).
-
-    Example::
-
-        err = error_from_reply(NoSuchSegment(7, "sc/st/0", "", -1))   # the wire command
-        assert isinstance(err, errors.NoSuchSegment) and not err.retriable
-    """
-    name = type(reply).__name__
-    segment = str(getattr(reply, "segment", "") or "")
-    trace = str(getattr(reply, "server_stack_trace", "") or "")
-    detail = f": {trace}" if trace else ""
-    if name == "NoSuchSegment":
-        return NoSuchSegment(f"segment {segment!r} does not exist{detail}", segment, reply)
-    if name == "SegmentAlreadyExists":
-        return SegmentAlreadyExists(f"segment {segment!r} already exists{detail}", segment, reply)
-    if name == "SegmentIsSealed":
-        return SegmentSealed(
-            f"segment {segment!r} is sealed{detail}",
-            segment,
-            reply,
-            int(getattr(reply, "offset", -1)),
-        )
-    if name == "SegmentIsTruncated":
-        start = int(getattr(reply, "start_offset", -1))
-        offset = int(getattr(reply, "offset", -1))
-        return SegmentTruncated(
-            f"segment {segment!r}: offset {offset} is outside the readable range "
-            f"(start offset {start}){detail}",
-            segment,
-            reply,
-            start,
-            offset,
-        )
-    if name == "SegmentTruncated":  # LocateOffset's odd use of a success code as an error
-        return SegmentTruncated(f"segment {segment!r}: index truncated", segment, reply)
-    if name == "WrongHost":
-        return WrongHost(f"segment {segment!r} is not owned by this server{detail}", segment, reply)
-    if name == "AuthTokenCheckFailed":
-        if getattr(reply, "error_code", -1) == 1:
-            return TokenExpired(f"delegation token expired{detail}", segment, reply)
-        return AuthenticationFailed(f"delegation token refused{detail}", segment, reply)
-    if name == "OperationUnsupported":
-        op = getattr(reply, "operation_name", "")
-        return OperationUnsupported(f"operation {op!r} is not supported{detail}", segment, reply)
-    if name == "ErrorMessage":
-        msg = getattr(reply, "message", "")
-        return InvalidArgument(f"server refused the request: {msg}", segment, reply)
-    if name == "ConditionalCheckFailed":
-        return ConditionalCheckFailed(
-            "conditional append: the segment's length is not the expected offset",
-            segment,
-            reply,
-            int(getattr(reply, "event_number", -1)),
-        )
-    if name == "InvalidEventNumber":
-        return WriterFenced(
-            f"writer {getattr(reply, 'writer_id', '?')} was fenced: its event numbers do not "
-            f"follow what the segment holds (another writer with the same id?){detail}",
-            segment,
-            reply,
-        )
-    if name == "TableKeyDoesNotExist":
-        return TableKeyDoesNotExist(
-            f"table {segment!r}: a conditional key does not exist{detail}", segment, reply
-        )
-    if name == "TableKeyBadVersion":
-        return TableKeyBadVersion(
-            f"table {segment!r}: a conditional key has another version{detail}", segment, reply
-        )
-    if name == "TableSegmentNotEmpty":
-        return TableNotEmpty(f"table {segment!r} is not empty{detail}", segment, reply)
-    if name == "SegmentAttributeUpdated":
-        return AttributeConflict("attribute compare-and-set failed", segment, reply)
-    return UnexpectedReply(f"unexpected reply {reply!r}", segment, reply)

@@ -19,29 +19,36 @@ import struct
 from collections import deque
 from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from .connection import Backoff, next_request_id
+from .admin import AdminClient
+from .connection import next_request_id
 from .errors import (
+    ClientClosed,
+    ConnectFailed,
     ConnectionLost,
     CorruptData,
     SegmentSealed,
+    SegmentTruncated,
     Timeout,
     UnexpectedReply,
     WrongHost,
-    error_from_reply,
 )
+from .naming import checked_name
+from .pool import Backoff
 from .position import Position
 from .protocol import ReadSegment, SegmentRead
-
-if TYPE_CHECKING:
-    from .admin import AdminClient
-    from .client import Client
+from .replies import error_from_reply
 
 log = logging.getLogger("segmentstore_client")
 
 _HEADER: Final = struct.Struct(">ii")
 _unpack_header = _HEADER.unpack_from
+
+
+def _retrieve(task: asyncio.Task[SegmentRead | None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class Event:
@@ -128,14 +135,21 @@ async def read_segment(
 
         reply = await read_segment(client, "orders/0", 0, 1 << 20)
     """
+    checked_name(segment)
     backoff: Backoff | None = None
+    pool = client._pool
     while True:
         try:
-            conn = await client._pool.acquire()
+            # One reconnect budget for the whole read, counted from the first failure.
+            conn = await pool.acquire(None if backoff is None else backoff.remaining())
             rid = next_request_id()
             request = ReadSegment(segment, offset, length, client.options.delegation_token, rid)
             reply = await conn.call(request, rid, timeout)
+        except ConnectFailed:
+            raise  # the pool already retried for what was left of the budget
         except (ConnectionLost, Timeout) as e:
+            if pool.closed:
+                raise ClientClosed("the client is closed") from e
             backoff = backoff or Backoff(client.options)
             log.info("read of %r at %d failed (%s); retrying", segment, offset, e)
             await backoff.wait(e)
@@ -170,7 +184,7 @@ class EventReader:
 
     def __init__(
         self,
-        client: Client,
+        client: AdminClient,
         segment: str,
         offset: int | Position = 0,
         *,
@@ -187,7 +201,7 @@ class EventReader:
         if not 8 <= read_size <= 16 * 1024 * 1024:
             raise ValueError("read_size must be within 8 bytes .. 16 MiB")
         self._client = client
-        self.segment = segment
+        self.segment = checked_name(segment)
         self.follow = follow
         self._read_size = read_size
         self._max_event_size = max_event_size
@@ -247,6 +261,58 @@ class EventReader:
         """
         if not self._events:
             await self._fill()
+        return self._take_batch()
+
+    async def poll(self, timeout: float) -> list[Event]:
+        """The events available within ``timeout`` seconds (at least one), or an empty
+        list if none arrived in time or the reader has ended (see :attr:`ended`). A read
+        still in flight when the time is up stays in flight for the next call.
+
+        Example::
+
+            while not reader.ended:
+                for event in await reader.poll(0.5):
+                    handle(event)
+                do_housekeeping()
+        """
+        if timeout < 0:
+            raise ValueError("timeout must not be negative")
+        if not self._events:
+            await self._fill(asyncio.get_running_loop().time() + timeout)
+        return self._take_batch()
+
+    async def next(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None once the reader has ended; raises :class:`Timeout`
+        if none arrives within ``timeout`` seconds (None: wait as long as it takes).
+
+        Example::
+
+            event = await reader.next(timeout=5)
+        """
+        events = self._events
+        if not events:
+            if timeout is None:
+                await self._fill()
+            else:
+                await self._fill(asyncio.get_running_loop().time() + timeout)
+            if not events:
+                if self._done:
+                    return None
+                raise Timeout(f"no event from {self.segment!r} within {timeout:g}s")
+        event = events.popleft()
+        self._offset = event.offset + 8 + len(event.data)
+        return event
+
+    @property
+    def ended(self) -> bool:
+        """True once every event was handed out and no more will come (the end of a
+        reader that does not follow, a sealed segment, or :meth:`close`).
+
+        Example: ``while not reader.ended: ...``
+        """
+        return self._done and not self._events
+
+    def _take_batch(self) -> list[Event]:
         batch = list(self._events)
         self._events.clear()
         if batch:
@@ -295,10 +361,11 @@ class EventReader:
         self._closed = True
         self._done = True
         self._events.clear()
+        self._client._forget_reader(self)
         task = self._cancel_task()
-        if task is not None:
-            with contextlib.suppress(BaseException):  # the read's outcome no longer matters
-                await task
+        if task is not None and task is not asyncio.current_task():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait((task,))  # its outcome no longer matters
 
     async def __aenter__(self) -> EventReader:
         return self
@@ -324,22 +391,44 @@ class EventReader:
         return task
 
     def _spawn(self, offset: int) -> asyncio.Task[SegmentRead | None]:
-        return asyncio.get_running_loop().create_task(self._fetch(offset))
+        task = asyncio.get_running_loop().create_task(self._fetch(offset))
+        # A prefetch nobody awaits any more (the caller left the loop) must not print
+        # "Task exception was never retrieved"; whoever awaits it still gets the error.
+        task.add_done_callback(_retrieve)
+        return task
 
-    async def _fill(self) -> None:
-        """Wait for the next reply and parse it, until there are events or the end."""
+    async def _fill(self, deadline: float | None = None) -> None:
+        """Wait for the next reply and parse it, until there are events or the end (or
+        the loop time ``deadline`` passed: the read in flight then stays in flight)."""
         events = self._events
         while not events and not self._done:
             if self._closed:
                 return
-            task = self._task or self._spawn(self._read_offset)
-            self._task = None
+            task = self._task
+            if task is None:
+                # Kept in _task while awaited, so that close() can cancel it.
+                task = self._task = self._spawn(self._read_offset)
+            if deadline is not None and not task.done():
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining > 0:
+                    await asyncio.wait((task,), timeout=remaining)
+                if not task.done():
+                    return
             try:
                 reply = await task
-            except BaseException:
-                if not task.done():
-                    task.cancel()
+            except asyncio.CancelledError:
+                if self._task is task:
+                    self._task = None
+                current = asyncio.current_task()
+                if self._closed and (current is None or not current.cancelling()):
+                    return  # close() cancelled the read: a clean end
+                task.cancel()
                 raise
+            except BaseException:
+                if self._task is task:
+                    self._task = None
+                raise
+            self._task = None
             if reply is None:
                 self._finish()
                 return
@@ -365,13 +454,23 @@ class EventReader:
     async def _fetch(self, offset: int) -> SegmentRead | None:
         """One read at ``offset`` (None: nothing more for a reader that does not follow)."""
         client = self._client
-        if not self.follow and offset >= self._end:
+        if (not self.follow and offset >= self._end) or (self._end < 0 and offset > 0):
             info = await client.segment_info(self.segment)
             self._end = info.length
-            if offset >= self._end:
+            if offset > info.length and offset == self._offset:
+                raise SegmentTruncated(
+                    f"segment {self.segment!r}: offset {offset} is past its end "
+                    f"({info.length}); start from an offset within "
+                    f"{info.start_offset}..{info.length}",
+                    self.segment,
+                    None,
+                    info.start_offset,
+                    offset,
+                )
+            if not self.follow and offset >= self._end:
                 return None
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._closed:
             started = loop.time()
             reply = await read_segment(
                 client, self.segment, offset, self._read_size, 0 if self.follow else None
@@ -389,6 +488,7 @@ class EventReader:
             if loop.time() - started < 0.05:
                 self._empty_streak += 1
                 await asyncio.sleep(min(1.0, 0.01 * 2 ** min(self._empty_streak, 7)))
+        return None
 
     def _parse(self, data: bytes) -> None:
         """Turn contiguous segment bytes into events, keeping an incomplete record."""

@@ -131,7 +131,9 @@ def _lz4() -> Any:
     try:
         import lz4.frame
     except ImportError:
-        raise CodecUnavailable("the lz4 codec needs the 'lz4' package (pip install lz4)") from None
+        raise CodecUnavailable(
+            "the lz4 codec needs the 'lz4' package (pip install 'segmentstore[lz4]')"
+        ) from None
     return lz4.frame
 
 
@@ -148,7 +150,7 @@ def _zstd() -> Any:
         import zstandard
     except ImportError:
         raise CodecUnavailable(
-            "the zstd codec needs the 'zstandard' package (pip install zstandard)"
+            "the zstd codec needs the 'zstandard' package (pip install 'segmentstore[zstd]')"
         ) from None
     return zstandard
 

@@ -22,23 +22,28 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import logging
 import uuid
-from collections.abc import Coroutine, Iterable, Iterator
-from concurrent.futures import Future as ConcurrentFuture
-from typing import Any, Final, TypeVar
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import overload
 
 from .admin import AttributeId, SegmentInfo, TableInfo
 from .client import Client
 from .client import connect as async_connect
-from .errors import Timeout, WriterClosed
+from .connection import ConnectionOptions
+from .errors import SegmentStoreError
+from .formats import RecordFormat
+from .formats._sync import SyncFormattedReader, SyncFormattedWriter
 from .position import Position
-from .reader import Event, EventReader, ReadChunk
+from .reader import ReadChunk
+from .sync_loop import LoopThread
+from .sync_reader import SyncEventReader
+from .sync_writer import SyncAck, SyncEventWriter
 from .table import Key, Table, TableChanges, TableEntry, TableKeyVersion, Value
-from .writer import Ack, EventWriter
+from .writer import EventWriter
 
-T = TypeVar("T")
+log = logging.getLogger("segmentstore_client")
 
 __all__ = [
     "SyncAck",
@@ -48,472 +53,6 @@ __all__ = [
     "SyncTable",
     "connect",
 ]
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
-class _LoopThread:
-    """An event loop running forever in a daemon thread."""
-
-    def __init__(self) -> None:
-        self.loop = _new_loop()
-        self._ready = threading.Event()
-        self.thread = threading.Thread(
-            target=self._main, name="segmentstore-client-loop", daemon=True
-        )
-        self.thread.start()
-        self._ready.wait()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._ready.set)
-        try:
-            self.loop.run_forever()
-        finally:
-            self.loop.close()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result."""
-        if threading.get_ident() == self.thread.ident:
-            coro.close()
-            raise RuntimeError("blocking client methods cannot be called from its own loop")
-        fut: ConcurrentFuture[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result(timeout)
-        except TimeoutError:
-            fut.cancel()
-            raise Timeout(f"no result within {timeout:g}s") from None
-
-    def stop(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        if threading.get_ident() != self.thread.ident:
-            self.thread.join(10)
-
-
-_ONLY_BYTES: Final = frozenset({bytes})
-
-
-def _copy(data: object) -> bytes:
-    """An event as immutable bytes (a copy of a mutable buffer the caller may reuse)."""
-    if type(data) is bytes:
-        return data
-    if isinstance(data, bytes | bytearray | memoryview):
-        return bytes(data)
-    raise TypeError(f"an event is bytes, not {type(data).__name__}")
-
-
-class SyncAck:
-    """Blocking acknowledgement of :meth:`SyncEventWriter.write` (shared by the events
-    handed over together).
-
-    Example::
-
-        ack = writer.write(b"x")
-        ack.wait()          # durable now (raises the writer's error otherwise)
-    """
-
-    __slots__ = ("_error", "_event")
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._error: BaseException | None = None
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Block until the events are durable; raise their error, or :class:`Timeout`.
-
-        Example::
-
-            writer.write(b"x").wait(timeout=5)
-        """
-        if not self._event.wait(timeout):
-            raise Timeout(f"event not acknowledged within {timeout:g}s")
-        if self._error is not None:
-            raise self._error
-
-    def done(self) -> bool:
-        """True once durable or failed. Example: ``if ack.done(): ack.wait(0)``"""
-        return self._event.is_set()
-
-    def _settle(self, error: BaseException | None) -> None:
-        self._error = error
-        self._event.set()
-
-    def _follow(self, ack: Ack) -> None:
-        def done(fut: asyncio.Future[None]) -> None:
-            self._settle(None if fut.cancelled() else fut.exception())
-
-        ack._fut.add_done_callback(done)
-
-    def __repr__(self) -> str:
-        if not self.done():
-            return "<SyncAck pending>"
-        return "<SyncAck durable>" if self._error is None else f"<SyncAck failed: {self._error!r}>"
-
-
-class _Run:
-    """Events handed over together: auto-numbered, numbered from ``first``, or one
-    conditional append."""
-
-    __slots__ = ("ack", "expected_offset", "first", "payloads", "size")
-
-    def __init__(self, first: int | None, expected_offset: int | None = None) -> None:
-        self.first = first
-        self.expected_offset = expected_offset
-        self.payloads: list[bytes] = []
-        self.size = 0  # record bytes (8-byte header + payload) of the payloads
-        self.ack = SyncAck()
-
-
-class SyncEventWriter:
-    """Blocking :class:`EventWriter`; get one with :meth:`SyncClient.writer`.
-
-    Example::
-
-        with client.writer("orders/0", writer_id="job-7") as w:
-            for row in rows:
-                w.write(row)
-    """
-
-    def __init__(self, lt: _LoopThread, writer: EventWriter) -> None:
-        self._lt = lt
-        self._writer = writer
-        self._lock = threading.Lock()
-        self._space = threading.Condition(self._lock)
-        self._runs: list[_Run] = []
-        self._bytes = 0
-        self._max = writer._max_buffered
-        self._kicked = False
-        self._drain_lock: asyncio.Lock | None = None
-        self._error: BaseException | None = None
-        self._closed = False
-
-    @property
-    def writer_id(self) -> uuid.UUID:
-        """The writer's id (see :meth:`Client.writer`). Example: ``print(w.writer_id)``"""
-        return self._writer.writer_id
-
-    @property
-    def segment(self) -> str:
-        """The segment written to. Example: ``print(w.segment)``"""
-        return self._writer.segment
-
-    @property
-    def acked_event_number(self) -> int:
-        """Highest event number the server has made durable.
-
-        Example: ``w.flush(); assert w.acked_event_number == w_count``
-        """
-        return self._writer.acked_event_number
-
-    def __repr__(self) -> str:
-        return f"<SyncEventWriter {self._writer!r}>"
-
-    def start(self) -> SyncEventWriter:
-        """Connect and set up the append session now (``write`` does it lazily).
-
-        Example::
-
-            w = client.writer("orders/0").start()
-        """
-        self._lt.run(self._writer.start())
-        return self
-
-    def write(
-        self,
-        data: bytes,
-        *,
-        event_number: int | None = None,
-        expected_offset: int | None = None,
-    ) -> SyncAck:
-        """Queue one event (see :meth:`EventWriter.write`); blocks only when the writer
-        holds its byte bound. Returns a :class:`SyncAck`.
-
-        Example::
-
-            w.write(b'{"id": 1}')
-            w.write(b"next", event_number=42)
-        """
-        if type(data) is not bytes:
-            data = _copy(data)
-        size = len(data) + 8
-        with self._lock:
-            run = self._run_for(event_number, expected_offset)
-            run.payloads.append(data)
-            return self._queued(run, size)
-
-    def write_many(
-        self, events: Iterable[bytes], *, first_event_number: int | None = None
-    ) -> SyncAck:
-        """Queue many events (see :meth:`EventWriter.write_many`); returns the ack of the
-        last one.
-
-        Example::
-
-            w.write_many(payloads, first_event_number=1).wait()
-        """
-        payloads = list(events)
-        if set(map(type, payloads)) - _ONLY_BYTES:
-            payloads = [_copy(e) for e in payloads]  # copy mutable buffers
-        size = sum(map(len, payloads)) + 8 * len(payloads)
-        with self._lock:
-            run = self._run_for(first_event_number, None)
-            run.payloads.extend(payloads)
-            return self._queued(run, size)
-
-    def _run_for(self, event_number: int | None, expected_offset: int | None) -> _Run:
-        """Under the lock: wait for room, then the run the next event joins.
-
-        A run holds events the loop thread will hand to the async writer in one call: all
-        unnumbered, or consecutively numbered from ``run.first``; a conditional append is
-        a run of its own.
-        """
-        if self._error is not None:
-            raise self._error
-        if self._closed:
-            raise WriterClosed(f"writer for {self.segment!r} is closed")
-        while self._bytes >= self._max and self._runs:
-            self._space.wait(1.0)
-            if self._error is not None:
-                raise self._error
-        runs = self._runs
-        run = runs[-1] if runs else None
-        if expected_offset is not None:
-            run = None
-        elif event_number is None:
-            if run is not None and run.first is None and run.expected_offset is None:
-                return run
-            run = None
-        elif (
-            run is not None
-            and run.first is not None
-            and run.expected_offset is None
-            and run.first + len(run.payloads) == event_number
-        ):
-            return run
-        run = _Run(event_number, expected_offset)
-        runs.append(run)
-        return run
-
-    def _queued(self, run: _Run, size: int) -> SyncAck:
-        """Under the lock: account for ``size`` new bytes and wake the loop thread once."""
-        run.size += size
-        self._bytes += size
-        if not self._kicked:
-            self._kicked = True
-            self._lt.loop.call_soon_threadsafe(self._kick)
-        return run.ack
-
-    def flush(self) -> None:
-        """Block until every event written so far is durable.
-
-        Example::
-
-            w.flush()
-        """
-        self._lt.run(self._flush())
-
-    def close(self) -> None:
-        """Flush and close the writer.
-
-        Example::
-
-            w.close()
-        """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            self._lt.run(self._close())
-        finally:
-            with self._lock:
-                self._space.notify_all()
-
-    def abort(self) -> None:
-        """Stop at once; unacknowledged events fail (see :meth:`EventWriter.abort`).
-
-        Example: ``w.abort()``
-        """
-        with self._lock:
-            self._closed = True
-            self._error = self._error or WriterClosed(f"writer for {self.segment!r} was aborted")
-            runs, self._runs = self._runs, []
-            self._space.notify_all()
-        for run in runs:
-            run.ack._settle(self._error)
-        self._lt.run(self._abort())
-
-    def __enter__(self) -> SyncEventWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- loop side -------------------------------------------------------------------
-
-    def _kick(self) -> None:
-        asyncio.get_running_loop().create_task(self._drain())
-
-    async def _drain(self) -> None:
-        if self._drain_lock is None:
-            self._drain_lock = asyncio.Lock()
-        async with self._drain_lock:
-            while True:
-                with self._lock:
-                    runs = self._runs
-                    if not runs:
-                        self._kicked = False
-                        return
-                    self._runs = []
-                for run in runs:
-                    try:
-                        if run.expected_offset is not None:
-                            ack = await self._writer.write(
-                                run.payloads[0],
-                                event_number=run.first,
-                                expected_offset=run.expected_offset,
-                            )
-                        else:
-                            ack = await self._writer.write_many(
-                                run.payloads, first_event_number=run.first
-                            )
-                    except BaseException as e:
-                        self._poison(e, run, runs)
-                        if not isinstance(e, Exception):
-                            raise
-                        return
-                    run.ack._follow(ack)
-                    with self._lock:
-                        self._bytes -= run.size
-                        self._space.notify_all()
-
-    def _poison(self, error: BaseException, run: _Run, runs: list[_Run]) -> None:
-        with self._lock:
-            self._error = error
-            rest = runs[runs.index(run) :] + self._runs
-            self._runs = []
-            self._kicked = False
-            self._space.notify_all()
-        for r in rest:
-            r.ack._settle(error)
-
-    async def _flush(self) -> None:
-        await self._drain()
-        if self._error is not None:
-            raise self._error
-        await self._writer.flush()
-
-    async def _close(self) -> None:
-        try:
-            await self._drain()
-        finally:
-            await self._writer.close()
-        if self._error is not None:
-            raise self._error
-
-    async def _abort(self) -> None:
-        self._writer.abort()
-
-
-class SyncEventReader:
-    """Blocking :class:`EventReader`: a plain iterator of :class:`Event`.
-
-    Example::
-
-        reader = client.reader("orders/0")
-        for event in reader:
-            print(event.data)
-        saved = reader.position.to_json()
-    """
-
-    def __init__(self, lt: _LoopThread, reader: EventReader) -> None:
-        self._lt = lt
-        self._reader = reader
-        self._lock = threading.Lock()
-        self._buffer: list[Event] = []
-        self._index = 0
-        self._offset = reader.offset
-
-    @property
-    def segment(self) -> str:
-        """The segment read. Example: ``print(reader.segment)``"""
-        return self._reader.segment
-
-    @property
-    def position(self) -> Position:
-        """Checkpoint after the last event handed out (see :meth:`EventReader.position`).
-
-        Example: ``saved = reader.position.to_json()``
-        """
-        return Position(self._reader.segment, self._offset)
-
-    def __iter__(self) -> Iterator[Event]:
-        return self
-
-    def __next__(self) -> Event:
-        with self._lock:
-            if self._index >= len(self._buffer):
-                self._buffer = self._lt.run(self._reader.read_batch())
-                self._index = 0
-                if not self._buffer:
-                    raise StopIteration
-            event = self._buffer[self._index]
-            self._index += 1
-            self._offset = event.offset + 8 + len(event.data)
-            return event
-
-    def read_batch(self) -> list[Event]:
-        """The next events available (at least one), or an empty list at the end.
-
-        Example::
-
-            while batch := reader.read_batch():
-                process(batch)
-        """
-        with self._lock:
-            if self._index < len(self._buffer):
-                batch = self._buffer[self._index :]
-            else:
-                batch = self._lt.run(self._reader.read_batch())
-            self._buffer, self._index = [], 0
-            if batch:
-                last = batch[-1]
-                self._offset = last.offset + 8 + len(last.data)
-            return batch
-
-    def seek(self, offset: int | Position) -> None:
-        """Continue from ``offset`` (see :meth:`EventReader.seek`)."""
-        with self._lock:
-            self._buffer, self._index = [], 0
-
-            async def seek() -> None:
-                self._reader.seek(offset)
-
-            self._lt.run(seek())
-            self._offset = self._reader.offset
-
-    def close(self) -> None:
-        """Stop prefetching.
-
-        Example::
-
-            reader.close()
-        """
-        self._lt.run(self._reader.close())
-
-    def __enter__(self) -> SyncEventReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class SyncTable:
@@ -526,52 +65,75 @@ class SyncTable:
         t.get("color").value      # b'blue'
     """
 
-    def __init__(self, lt: _LoopThread, table: Table) -> None:
+    def __init__(self, lt: LoopThread, table: Table) -> None:
         self._lt = lt
         self._table = table
         self.name = table.name
 
-    def create(self, *, key_length: int = 0, exist_ok: bool = False) -> bool:
+    def create(
+        self, *, key_length: int = 0, exist_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """See :meth:`Table.create`. Example: ``t.create(exist_ok=True)``."""
-        return self._lt.run(self._table.create(key_length=key_length, exist_ok=exist_ok))
+        return self._lt.run(
+            self._table.create(key_length=key_length, exist_ok=exist_ok, timeout=timeout)
+        )
 
-    def delete(self, *, must_be_empty: bool = False, missing_ok: bool = False) -> bool:
+    def delete(
+        self, *, must_be_empty: bool = False, missing_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """See :meth:`Table.delete`. Example: ``t.delete(missing_ok=True)``."""
-        return self._lt.run(self._table.delete(must_be_empty=must_be_empty, missing_ok=missing_ok))
+        return self._lt.run(
+            self._table.delete(must_be_empty=must_be_empty, missing_ok=missing_ok, timeout=timeout)
+        )
 
-    def info(self) -> TableInfo:
+    def info(self, *, timeout: float | None = None) -> TableInfo:
         """See :meth:`Table.info`. Example: ``t.info().entry_count``."""
-        return self._lt.run(self._table.info())
+        return self._lt.run(self._table.info(timeout=timeout))
 
-    def get(self, key: Key) -> TableEntry | None:
+    def get(self, key: Key, *, timeout: float | None = None) -> TableEntry | None:
         """See :meth:`Table.get`. Example: ``t.get("k")``."""
-        return self._lt.run(self._table.get(key))
+        return self._lt.run(self._table.get(key, timeout=timeout))
 
-    def get_many(self, keys: Iterable[Key]) -> list[TableEntry | None]:
+    def get_many(
+        self, keys: Iterable[Key], *, timeout: float | None = None
+    ) -> list[TableEntry | None]:
         """See :meth:`Table.get_many`. Example: ``a, b = t.get_many(["a", "b"])``."""
-        return self._lt.run(self._table.get_many(list(keys)))
+        return self._lt.run(self._table.get_many(list(keys), timeout=timeout))
 
     def put(
-        self, key: Key, value: Value, *, version: int | None = None, must_not_exist: bool = False
+        self,
+        key: Key,
+        value: Value,
+        *,
+        version: int | None = None,
+        must_not_exist: bool = False,
+        timeout: float | None = None,
     ) -> int:
         """See :meth:`Table.put`. Example: ``v = t.put("k", "v", must_not_exist=True)``."""
         return self._lt.run(
-            self._table.put(key, value, version=version, must_not_exist=must_not_exist)
+            self._table.put(
+                key, value, version=version, must_not_exist=must_not_exist, timeout=timeout
+            )
         )
 
     def put_many(
-        self, entries: Iterable[tuple[Key, Value] | tuple[Key, Value, int | None]]
+        self,
+        entries: Iterable[tuple[Key, Value] | tuple[Key, Value, int | None]],
+        *,
+        timeout: float | None = None,
     ) -> list[int]:
         """See :meth:`Table.put_many`. Example: ``t.put_many([("a", "1"), ("b", "2")])``."""
-        return self._lt.run(self._table.put_many(list(entries)))
+        return self._lt.run(self._table.put_many(list(entries), timeout=timeout))
 
-    def remove(self, key: Key, *, version: int | None = None) -> None:
+    def remove(self, key: Key, *, version: int | None = None, timeout: float | None = None) -> None:
         """See :meth:`Table.remove`. Example: ``t.remove("k")``."""
-        self._lt.run(self._table.remove(key, version=version))
+        self._lt.run(self._table.remove(key, version=version, timeout=timeout))
 
-    def remove_many(self, keys: Iterable[Key | tuple[Key, int | None]]) -> None:
+    def remove_many(
+        self, keys: Iterable[Key | tuple[Key, int | None]], *, timeout: float | None = None
+    ) -> None:
         """See :meth:`Table.remove_many`. Example: ``t.remove_many(["a", "b"])``."""
-        self._lt.run(self._table.remove_many(list(keys)))
+        self._lt.run(self._table.remove_many(list(keys), timeout=timeout))
 
     def keys(self, *, batch_size: int = 1000) -> Iterator[TableKeyVersion]:
         """See :meth:`Table.keys`. Example: ``[k.key for k in t.keys()]``."""
@@ -587,9 +149,11 @@ class SyncTable:
             page, cont = self._lt.run(self._table.items_page(cont, batch_size=batch_size))
             yield from page
 
-    def changes(self, since: int = 0, *, limit: int = 1000) -> TableChanges:
+    def changes(
+        self, since: int = 0, *, limit: int = 1000, timeout: float | None = None
+    ) -> TableChanges:
         """See :meth:`Table.changes`. Example: ``page = t.changes(saved)``."""
-        return self._lt.run(self._table.changes(since, limit=limit))
+        return self._lt.run(self._table.changes(since, limit=limit, timeout=timeout))
 
 
 class SyncClient:
@@ -602,18 +166,34 @@ class SyncClient:
         client.close()
     """
 
-    def __init__(self, lt: _LoopThread, client: Client) -> None:
+    def __init__(self, lt: LoopThread, client: Client) -> None:
         self._lt = lt
         self._client = client
         self._closed = False
+        self._writers: weakref.WeakSet[SyncEventWriter] = weakref.WeakSet()
 
     @property
     def endpoint(self) -> str:
         """The server's endpoint. Example: ``print(client.endpoint)``"""
         return str(self._client.endpoint)
 
+    @property
+    def state(self) -> str:
+        """``"connected"``, ``"disconnected"`` or ``"closed"`` (see :attr:`Client.state`).
+
+        Example: ``assert client.state == "connected"``
+        """
+        return "closed" if self._closed else self._client.state
+
+    def ping(self, *, timeout: float | None = None) -> float:
+        """Round trip to the server in seconds (see :meth:`Client.ping`).
+
+        Example: ``print(client.ping(timeout=2))``
+        """
+        return self._lt.run(self._client.ping(timeout=timeout))
+
     def __repr__(self) -> str:
-        return f"<SyncClient {self._client.endpoint}>"
+        return f"<SyncClient {self._client.endpoint} {self.state}>"
 
     def __enter__(self) -> SyncClient:
         return self
@@ -632,10 +212,46 @@ class SyncClient:
             return
         self._closed = True
         try:
+
+            async def stop_connecting() -> None:  # as Client.close() does first
+                self._client._pool.stop_connecting()
+
+            self._lt.run(stop_connecting())
+            for w in list(self._writers):  # hand their queued events over, then flush
+                try:
+                    w.close()
+                except SegmentStoreError as e:
+                    log.warning("closing %r failed: %s", w, e)
             self._lt.run(self._client.close())
         finally:
             self._lt.stop()
+            for w in list(self._writers):
+                w._client_closed()
 
+    @overload
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = ...,
+        *,
+        first_event_number: int | None = ...,
+        block_size: int = ...,
+        linger: float = ...,
+        max_buffered_bytes: int = ...,
+        format: None = ...,
+    ) -> SyncEventWriter: ...
+    @overload
+    def writer(
+        self,
+        segment: str,
+        writer_id: str | uuid.UUID | None = ...,
+        *,
+        first_event_number: int | None = ...,
+        block_size: int = ...,
+        linger: float = ...,
+        max_buffered_bytes: int = ...,
+        format: str | RecordFormat,
+    ) -> SyncFormattedWriter: ...
     def writer(
         self,
         segment: str,
@@ -645,8 +261,10 @@ class SyncClient:
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
-    ) -> SyncEventWriter:
-        """A blocking writer (see :meth:`Client.writer`).
+        format: str | RecordFormat | None = None,
+    ) -> SyncEventWriter | SyncFormattedWriter:
+        """A blocking writer (see :meth:`Client.writer`); ``format`` gives a writer of
+        records of that format.
 
         Example::
 
@@ -664,8 +282,30 @@ class SyncClient:
                 max_buffered_bytes=max_buffered_bytes,
             )
 
-        return SyncEventWriter(self._lt, self._lt.run(make()))
+        w = SyncEventWriter(self._lt, self._lt.run(make()))
+        self._writers.add(w)
+        return w if format is None else SyncFormattedWriter(w, format)
 
+    @overload
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = ...,
+        *,
+        follow: bool = ...,
+        read_size: int = ...,
+        format: None = ...,
+    ) -> SyncEventReader: ...
+    @overload
+    def reader(
+        self,
+        segment: str,
+        offset: int | Position = ...,
+        *,
+        follow: bool = ...,
+        read_size: int = ...,
+        format: str | RecordFormat,
+    ) -> SyncFormattedReader: ...
     def reader(
         self,
         segment: str,
@@ -673,8 +313,10 @@ class SyncClient:
         *,
         follow: bool = False,
         read_size: int = 1024 * 1024,
-    ) -> SyncEventReader:
-        """A blocking reader (see :meth:`Client.reader`).
+        format: str | RecordFormat | None = None,
+    ) -> SyncEventReader | SyncFormattedReader:
+        """A blocking reader (see :meth:`Client.reader`); ``format`` yields decoded
+        records of that format.
 
         Example::
 
@@ -682,9 +324,12 @@ class SyncClient:
                 print(event.data)
         """
         r = self._client.reader(segment, offset, follow=follow, read_size=read_size)
-        return SyncEventReader(self._lt, r)
+        sr = SyncEventReader(self._lt, r)
+        return sr if format is None else SyncFormattedReader(sr, format)
 
-    def read_bytes(self, segment: str, offset: int, length: int) -> ReadChunk:
+    def read_bytes(
+        self, segment: str, offset: int, length: int, *, timeout: float | None = None
+    ) -> ReadChunk:
         """Up to ``length`` raw bytes of ``segment`` from ``offset``, no event parsing
         (see :meth:`Client.read_bytes`).
 
@@ -693,7 +338,7 @@ class SyncClient:
             chunk = client.read_bytes("orders/0", 0, 8)
             kind, length = struct.unpack(">ii", chunk.data)
         """
-        return self._lt.run(self._client.read_bytes(segment, offset, length))
+        return self._lt.run(self._client.read_bytes(segment, offset, length, timeout=timeout))
 
     def table(self, name: str) -> SyncTable:
         """A blocking table handle (see :meth:`Client.table`).
@@ -714,6 +359,7 @@ class SyncClient:
         scale_type: int = 0,
         target_rate: int = 0,
         rollover_size: int = 0,
+        timeout: float | None = None,
     ) -> bool:
         """See :meth:`Client.create_segment`. Example: ``client.create_segment("s", exist_ok=True)``."""
         return self._lt.run(
@@ -723,28 +369,35 @@ class SyncClient:
                 scale_type=scale_type,
                 target_rate=target_rate,
                 rollover_size=rollover_size,
+                timeout=timeout,
             )
         )
 
-    def segment_info(self, segment: str) -> SegmentInfo:
+    def list_segments(self, prefix: str = "", *, timeout: float | None = None) -> list[str]:
+        """See :meth:`Client.list_segments`. Example: ``client.list_segments("orders/")``."""
+        return self._lt.run(self._client.list_segments(prefix, timeout=timeout))
+
+    def segment_info(self, segment: str, *, timeout: float | None = None) -> SegmentInfo:
         """See :meth:`Client.segment_info`. Example: ``client.segment_info("s").length``."""
-        return self._lt.run(self._client.segment_info(segment))
+        return self._lt.run(self._client.segment_info(segment, timeout=timeout))
 
-    def seal(self, segment: str) -> None:
+    def seal(self, segment: str, *, timeout: float | None = None) -> None:
         """See :meth:`Client.seal`. Example: ``client.seal("s")``."""
-        self._lt.run(self._client.seal(segment))
+        self._lt.run(self._client.seal(segment, timeout=timeout))
 
-    def truncate(self, segment: str, offset: int) -> None:
+    def truncate(self, segment: str, offset: int, *, timeout: float | None = None) -> None:
         """See :meth:`Client.truncate`. Example: ``client.truncate("s", 4096)``."""
-        self._lt.run(self._client.truncate(segment, offset))
+        self._lt.run(self._client.truncate(segment, offset, timeout=timeout))
 
-    def delete(self, segment: str, *, missing_ok: bool = False) -> bool:
+    def delete(
+        self, segment: str, *, missing_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """See :meth:`Client.delete`. Example: ``client.delete("s", missing_ok=True)``."""
-        return self._lt.run(self._client.delete(segment, missing_ok=missing_ok))
+        return self._lt.run(self._client.delete(segment, missing_ok=missing_ok, timeout=timeout))
 
-    def merge(self, target: str, source: str) -> int:
+    def merge(self, target: str, source: str, *, timeout: float | None = None) -> int:
         """See :meth:`Client.merge`. Example: ``client.merge("s", "s#txn")``."""
-        return self._lt.run(self._client.merge(target, source))
+        return self._lt.run(self._client.merge(target, source, timeout=timeout))
 
     def merge_with_attribute(
         self,
@@ -753,67 +406,124 @@ class SyncClient:
         attribute_id: AttributeId,
         new_value: int,
         expected: int | None,
+        *,
+        timeout: float | None = None,
     ) -> int:
         """See :meth:`Client.merge_with_attribute`.
         Example: ``client.merge_with_attribute("s", "s#t", "commit", 2, 1)``."""
         return self._lt.run(
-            self._client.merge_with_attribute(target, source, attribute_id, new_value, expected)
+            self._client.merge_with_attribute(
+                target, source, attribute_id, new_value, expected, timeout=timeout
+            )
         )
 
-    def get_attribute(self, segment: str, attribute_id: AttributeId) -> int | None:
+    def get_attribute(
+        self, segment: str, attribute_id: AttributeId, *, timeout: float | None = None
+    ) -> int | None:
         """See :meth:`Client.get_attribute`. Example: ``client.get_attribute("s", "owner")``."""
-        return self._lt.run(self._client.get_attribute(segment, attribute_id))
+        return self._lt.run(self._client.get_attribute(segment, attribute_id, timeout=timeout))
 
     def compare_and_set_attribute(
-        self, segment: str, attribute_id: AttributeId, new_value: int | None, expected: int | None
+        self,
+        segment: str,
+        attribute_id: AttributeId,
+        new_value: int | None,
+        expected: int | None,
+        *,
+        timeout: float | None = None,
     ) -> bool:
         """See :meth:`Client.compare_and_set_attribute`.
         Example: ``client.compare_and_set_attribute("s", "owner", 1, None)``."""
         return self._lt.run(
-            self._client.compare_and_set_attribute(segment, attribute_id, new_value, expected)
+            self._client.compare_and_set_attribute(
+                segment, attribute_id, new_value, expected, timeout=timeout
+            )
         )
 
-    def last_event_number(self, segment: str, writer_id: str | uuid.UUID) -> int | None:
+    def last_event_number(
+        self, segment: str, writer_id: str | uuid.UUID, *, timeout: float | None = None
+    ) -> int | None:
         """See :meth:`Client.last_event_number`. Example: ``client.last_event_number("s", "w")``."""
-        return self._lt.run(self._client.last_event_number(segment, writer_id))
+        return self._lt.run(self._client.last_event_number(segment, writer_id, timeout=timeout))
 
-    def event_count(self, segment: str) -> int:
+    def event_count(self, segment: str, *, timeout: float | None = None) -> int:
         """See :meth:`Client.event_count`. Example: ``client.event_count("s")``."""
-        return self._lt.run(self._client.event_count(segment))
+        return self._lt.run(self._client.event_count(segment, timeout=timeout))
 
-    def create_table(self, name: str, *, key_length: int = 0, exist_ok: bool = False) -> bool:
+    def create_table(
+        self,
+        name: str,
+        *,
+        key_length: int = 0,
+        exist_ok: bool = False,
+        timeout: float | None = None,
+    ) -> bool:
         """See :meth:`Client.create_table`. Example: ``client.create_table("a/_tables/t")``."""
         return self._lt.run(
-            self._client.create_table(name, key_length=key_length, exist_ok=exist_ok)
+            self._client.create_table(
+                name, key_length=key_length, exist_ok=exist_ok, timeout=timeout
+            )
         )
 
     def delete_table(
-        self, name: str, *, must_be_empty: bool = False, missing_ok: bool = False
+        self,
+        name: str,
+        *,
+        must_be_empty: bool = False,
+        missing_ok: bool = False,
+        timeout: float | None = None,
     ) -> bool:
         """See :meth:`Client.delete_table`. Example: ``client.delete_table("a/_tables/t")``."""
         return self._lt.run(
-            self._client.delete_table(name, must_be_empty=must_be_empty, missing_ok=missing_ok)
+            self._client.delete_table(
+                name, must_be_empty=must_be_empty, missing_ok=missing_ok, timeout=timeout
+            )
         )
 
-    def table_info(self, name: str) -> TableInfo:
+    def table_info(self, name: str, *, timeout: float | None = None) -> TableInfo:
         """See :meth:`Client.table_info`. Example: ``client.table_info("a/_tables/t")``."""
-        return self._lt.run(self._client.table_info(name))
+        return self._lt.run(self._client.table_info(name, timeout=timeout))
 
 
-def connect(endpoint: str = "tcp://127.0.0.1:12345", **kwargs: Any) -> SyncClient:
-    """A blocking client of the segment store at ``endpoint``; takes the keyword
-    arguments of :func:`segmentstore_client.connect`. Opens the first connection now.
+def connect(
+    endpoint: str = "tcp://127.0.0.1:12345",
+    *,
+    connect_timeout: float = 10.0,
+    request_timeout: float = 30.0,
+    reconnect_timeout: float = 60.0,
+    keepalive_interval: float = 10.0,
+    pool_size: int = 2,
+    delegation_token: str = "",
+    options: ConnectionOptions | None = None,
+) -> SyncClient:
+    """A blocking client of the segment store at ``endpoint``; the arguments are those of
+    :func:`segmentstore_client.connect`. Opens the first connection now: a server that
+    refuses it raises :class:`ConnectFailed` at once.
 
     Example::
 
-        with sync.connect("tcp://127.0.0.1:12345") as client:
+        with sync.connect("tcp://127.0.0.1:12345", reconnect_timeout=20) as client:
             print(client.segment_info("orders/0"))
     """
-    lt = _LoopThread()
+    lt = LoopThread()
     try:
 
         async def make() -> Client:
-            return await async_connect(endpoint, **kwargs).open()
+            client = async_connect(
+                endpoint,
+                connect_timeout=connect_timeout,
+                request_timeout=request_timeout,
+                reconnect_timeout=reconnect_timeout,
+                keepalive_interval=keepalive_interval,
+                pool_size=pool_size,
+                delegation_token=delegation_token,
+                options=options,
+            )
+            try:
+                return await client.open()
+            except BaseException:
+                await client.close()
+                raise
 
         client = lt.run(make())
     except BaseException:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from .errors import UnexpectedReply, error_from_reply
+from .admin import AdminClient, TableInfo
+from .errors import SegmentStoreError, TableConditionFailed, UnexpectedReply
+from .naming import checked_name
 from .protocol import (
     NO_VERSION,
     NOT_EXISTS,
@@ -35,10 +37,7 @@ from .protocol import (
 )
 from .protocol import TableEntry as WireEntry
 from .protocol import TableKey as WireKey
-
-if TYPE_CHECKING:
-    from .admin import TableInfo
-    from .client import Client
+from .replies import error_from_reply
 
 Key = bytes | str
 Value = bytes | str
@@ -55,6 +54,23 @@ def _b(x: Key) -> bytes:
     if isinstance(x, bytes | bytearray | memoryview):
         return bytes(x)
     raise TypeError(f"table keys and values are bytes or str, not {type(x).__name__}")
+
+
+def _keyed_error(reply: object, keys: list[tuple[bytes, int]]) -> SegmentStoreError:
+    """The exception for an update's error reply; a failed condition names the batch's
+    conditional keys and the versions they required."""
+    error = error_from_reply(reply)
+    if isinstance(error, TableConditionFailed):
+        conditions = [(k, v) for k, v in keys if v != NO_VERSION]
+        error.keys = tuple(k for k, _ in conditions)
+        shown = ", ".join(
+            f"{k!r} ({'must not exist' if v == NOT_EXISTS else f'version {v}'})"
+            for k, v in conditions[:5]
+        )
+        more = f" and {len(conditions) - 5} more" if len(conditions) > 5 else ""
+        noun = "key" if len(conditions) == 1 else "keys"
+        error.args = (f"{error.args[0]}; conditional {noun}: {shown}{more}",)
+    return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,25 +123,31 @@ class Table:
         await table.put("color", "green", version=v1)    # only if nobody changed it
     """
 
-    def __init__(self, client: Client, name: str) -> None:
+    def __init__(self, client: AdminClient, name: str) -> None:
         self._client = client
-        self.name = name
+        self.name = checked_name(name, "table")
 
     def __repr__(self) -> str:
         return f"<Table {self.name!r}>"
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def create(self, *, key_length: int = 0, exist_ok: bool = False) -> bool:
+    async def create(
+        self, *, key_length: int = 0, exist_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """Create this table (see :meth:`Client.create_table`).
 
         Example::
 
             await client.table("app/_tables/t").create(exist_ok=True)
         """
-        return await self._client.create_table(self.name, key_length=key_length, exist_ok=exist_ok)
+        return await self._client.create_table(
+            self.name, key_length=key_length, exist_ok=exist_ok, timeout=timeout
+        )
 
-    async def delete(self, *, must_be_empty: bool = False, missing_ok: bool = False) -> bool:
+    async def delete(
+        self, *, must_be_empty: bool = False, missing_ok: bool = False, timeout: float | None = None
+    ) -> bool:
         """Delete this table (see :meth:`Client.delete_table`).
 
         Example::
@@ -133,30 +155,32 @@ class Table:
             await table.delete(missing_ok=True)
         """
         return await self._client.delete_table(
-            self.name, must_be_empty=must_be_empty, missing_ok=missing_ok
+            self.name, must_be_empty=must_be_empty, missing_ok=missing_ok, timeout=timeout
         )
 
-    async def info(self) -> TableInfo:
+    async def info(self, *, timeout: float | None = None) -> TableInfo:
         """Size and entry count (see :meth:`Client.table_info`).
 
         Example::
 
             print((await table.info()).entry_count)
         """
-        return await self._client.table_info(self.name)
+        return await self._client.table_info(self.name, timeout=timeout)
 
     # -- reads -----------------------------------------------------------------------
 
-    async def get(self, key: Key) -> TableEntry | None:
+    async def get(self, key: Key, *, timeout: float | None = None) -> TableEntry | None:
         """The entry for ``key``, or None if it is absent.
 
         Example::
 
             entry = await table.get(b"k")
         """
-        return (await self.get_many([key]))[0]
+        return (await self.get_many([key], timeout=timeout))[0]
 
-    async def get_many(self, keys: Iterable[Key]) -> list[TableEntry | None]:
+    async def get_many(
+        self, keys: Iterable[Key], *, timeout: float | None = None
+    ) -> list[TableEntry | None]:
         """Entries for several keys in one request (None where absent), in order.
 
         Example::
@@ -168,7 +192,7 @@ class Table:
             return []
         token = self._client.options.delegation_token
         reply = await self._client._call(
-            lambda rid: ReadTable(rid, self.name, token, wire_keys), retry=True
+            lambda rid: ReadTable(rid, self.name, token, wire_keys), retry=True, limit=timeout
         )
         if not isinstance(reply, TableRead):
             raise error_from_reply(reply)
@@ -209,7 +233,7 @@ class Table:
                 yield e
 
     async def keys_page(
-        self, continuation: bytes = b"", *, batch_size: int = 1000
+        self, continuation: bytes = b"", *, batch_size: int = 1000, timeout: float | None = None
     ) -> tuple[list[TableKeyVersion], bytes | None]:
         """One page of keys and the token for the next page (None after the last).
 
@@ -222,7 +246,9 @@ class Table:
         token = self._client.options.delegation_token
         args = TableIteratorArgs(continuation)
         reply = await self._client._call(
-            lambda rid: ReadTableKeys(rid, self.name, token, batch_size, args), retry=True
+            lambda rid: ReadTableKeys(rid, self.name, token, batch_size, args),
+            retry=True,
+            limit=timeout,
         )
         if not isinstance(reply, TableKeysRead):
             raise error_from_reply(reply)
@@ -233,7 +259,7 @@ class Table:
         return page, (cont or None)
 
     async def items_page(
-        self, continuation: bytes = b"", *, batch_size: int = 1000
+        self, continuation: bytes = b"", *, batch_size: int = 1000, timeout: float | None = None
     ) -> tuple[list[TableEntry], bytes | None]:
         """One page of entries and the token for the next page (None after the last).
 
@@ -244,7 +270,9 @@ class Table:
         token = self._client.options.delegation_token
         args = TableIteratorArgs(continuation)
         reply = await self._client._call(
-            lambda rid: ReadTableEntries(rid, self.name, token, batch_size, args), retry=True
+            lambda rid: ReadTableEntries(rid, self.name, token, batch_size, args),
+            retry=True,
+            limit=timeout,
         )
         if not isinstance(reply, TableEntriesRead):
             raise error_from_reply(reply)
@@ -254,7 +282,9 @@ class Table:
         page = [TableEntry(bytes(e.key), bytes(e.value), e.version) for e in reply.entries]
         return page, (cont or None)
 
-    async def changes(self, since: int = 0, *, limit: int = 1000) -> TableChanges:
+    async def changes(
+        self, since: int = 0, *, limit: int = 1000, timeout: float | None = None
+    ) -> TableChanges:
         """Keys updated since log position ``since`` (0: from the beginning), one page.
 
         Call again with the returned ``position`` until ``at_end``. Example::
@@ -265,7 +295,9 @@ class Table:
         """
         token = self._client.options.delegation_token
         reply = await self._client._call(
-            lambda rid: ReadTableEntriesDelta(rid, self.name, token, since, limit), retry=True
+            lambda rid: ReadTableEntriesDelta(rid, self.name, token, since, limit),
+            retry=True,
+            limit=timeout,
         )
         if not isinstance(reply, TableEntriesDeltaRead):
             raise error_from_reply(reply)
@@ -277,7 +309,13 @@ class Table:
     # -- updates ---------------------------------------------------------------------
 
     async def put(
-        self, key: Key, value: Value, *, version: int | None = None, must_not_exist: bool = False
+        self,
+        key: Key,
+        value: Value,
+        *,
+        version: int | None = None,
+        must_not_exist: bool = False,
+        timeout: float | None = None,
     ) -> int:
         """Set ``key`` to ``value``; returns the new version.
 
@@ -292,10 +330,13 @@ class Table:
             if version is not None:
                 raise ValueError("give either version= or must_not_exist=True, not both")
             version = NOT_EXISTS
-        return (await self.put_many([(key, value, version)]))[0]
+        return (await self.put_many([(key, value, version)], timeout=timeout))[0]
 
     async def put_many(
-        self, entries: Iterable[tuple[Key, Value] | tuple[Key, Value, int | None]]
+        self,
+        entries: Iterable[tuple[Key, Value] | tuple[Key, Value, int | None]],
+        *,
+        timeout: float | None = None,
     ) -> list[int]:
         """Set several keys in one all-or-nothing request; returns their new versions.
 
@@ -318,22 +359,28 @@ class Table:
         items = tuple(wire)
         token = self._client.options.delegation_token
         reply = await self._client._call(
-            lambda rid: UpdateTableEntries(rid, self.name, token, items), retry=not conditional
+            lambda rid: UpdateTableEntries(rid, self.name, token, items),
+            retry=not conditional,
+            limit=timeout,
         )
         if isinstance(reply, TableEntriesUpdated):
             return list(reply.updated_versions)
-        raise error_from_reply(reply)
+        raise _keyed_error(reply, [(bytes(e.key), e.version) for e in items])
 
-    async def remove(self, key: Key, *, version: int | None = None) -> None:
+    async def remove(
+        self, key: Key, *, version: int | None = None, timeout: float | None = None
+    ) -> None:
         """Remove ``key`` (absent keys are fine unless ``version`` is given).
 
         Example::
 
             await table.remove("color")
         """
-        await self.remove_many([(key, version)])
+        await self.remove_many([(key, version)], timeout=timeout)
 
-    async def remove_many(self, keys: Iterable[Key | tuple[Key, int | None]]) -> None:
+    async def remove_many(
+        self, keys: Iterable[Key | tuple[Key, int | None]], *, timeout: float | None = None
+    ) -> None:
         """Remove several keys in one all-or-nothing request; each item is a key or
         ``(key, version)``.
 
@@ -358,8 +405,10 @@ class Table:
         items = tuple(wire)
         token = self._client.options.delegation_token
         reply = await self._client._call(
-            lambda rid: RemoveTableKeys(rid, self.name, token, items), retry=not conditional
+            lambda rid: RemoveTableKeys(rid, self.name, token, items),
+            retry=not conditional,
+            limit=timeout,
         )
         if isinstance(reply, TableKeysRemoved):
             return
-        raise error_from_reply(reply)
+        raise _keyed_error(reply, [(bytes(k.key), k.version) for k in items])

@@ -26,190 +26,37 @@ or ``first_event_number=`` on the writer, which numbers its events from there). 
 are judged only once the session is set up (the first write waits for AppendSetup): a
 number the server already holds is acknowledged without being sent, whatever the writer
 accepted before; every other number must exceed the last number accepted for sending.
+
+This module is the public API (accepting events: ``write``, ``write_many``, ``flush``,
+``close``); the session (setup, sending, acknowledgements, reconnects) is
+``writer_session.py``, its states ``writer_state.py``, the frames ``writer_blocks.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import logging
-import struct
-import uuid
-from bisect import bisect_left
-from collections import deque
-from collections.abc import Callable, Generator, Iterable
-from operator import add
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Generator, Iterable
+from typing import Any
 
-from .connection import Backoff, Connection, next_request_id
-from .errors import (
-    ConnectionLost,
-    EventTooLarge,
-    SegmentSealed,
-    SegmentStoreError,
-    ServerError,
-    Timeout,
-    WriterClosed,
-    WrongHost,
-    error_from_reply,
-)
-from .protocol import (
-    NULL_ATTRIBUTE_VALUE,
-    AppendSetup,
-    Command,
-    ConditionalAppend,
-    ConditionalCheckFailed,
-    DataAppended,
-    InvalidEventNumber,
-    SetupAppend,
-    encode,
-)
+from .errors import EventTooLarge, SegmentStoreError, WriterClosed
+from .pool import Backoff, within
+from .protocol import NULL_ATTRIBUTE_VALUE, ConditionalAppend, encode
 from .protocol.events import MAX_EVENT_SIZE
+from .writer_blocks import ONLY_BYTES, Ack, Block, as_bytes, cut, event_too_large
+from .writer_session import WriterSession
+from .writer_state import WriterInput, WriterState
 
-if TYPE_CHECKING:
-    from .client import Client
+__all__ = ["Ack", "EventTooLarge", "EventWriter", "event_too_large"]
 
 log = logging.getLogger("segmentstore_client")
 
-_EVENT_HEADER: Final = struct.Struct(">ii")
+_S = WriterState
+_I = WriterInput
 
 
-class _HeaderCache(dict[int, bytes]):
-    """Event record headers by payload length: events of a stream mostly repeat a few
-    lengths, and a dict lookup from C (``map``) beats packing a struct per event."""
-
-    def __missing__(self, length: int) -> bytes:
-        if len(self) >= 65536:
-            self.clear()
-        header = self[length] = _EVENT_HEADER.pack(0, length)
-        return header
-
-
-_event_header = _HeaderCache().__getitem__
-# AppendBlockEnd (type 4): writer uuid, sizeOfWholeEvents i32, data (i32 length + bytes),
-# numEvents i32, lastEventNumber i64, requestId i64. Payload = 44 + len(data).
-_ABE_HEAD: Final = struct.Struct(">ii16sii")
-_ABE_TAIL: Final = struct.Struct(">iqq")
-_ABE_HEAD_SIZE: Final = _ABE_HEAD.size  # 28
-_ABE_TAIL_SIZE: Final = _ABE_TAIL.size  # 20
-_MAX_BLOCK: Final = 4 * 1024 * 1024
-_ONLY_BYTES: Final = {bytes}
-
-WRITER_NAMESPACE: Final = uuid.UUID("6f1d1a52-2c57-4b8e-9a53-5e9a0d3c1f00")
-"""Namespace for turning a non-UUID string ``writer_id`` into a UUID (uuid5)."""
-
-
-def writer_uuid(writer_id: str | uuid.UUID | None) -> uuid.UUID:
-    """The UUID a writer id stands for: a UUID as is, a UUID string parsed, any other
-    string hashed with uuid5 (stable across processes), None a fresh random id.
-
-    Example::
-
-        writer_uuid("spark-query-7/partition-3")  # the same UUID in every process
-    """
-    if writer_id is None:
-        return uuid.uuid4()
-    if isinstance(writer_id, uuid.UUID):
-        return writer_id
-    try:
-        return uuid.UUID(writer_id)
-    except ValueError:
-        return uuid.uuid5(WRITER_NAMESPACE, writer_id)
-
-
-class Ack:
-    """Awaitable acknowledgement of a write: resolves when the server made the event
-    durable (awaiting returns None), or raises the error that stopped it.
-
-    Events batched together share one Ack, so waiting costs nothing per event; awaiting
-    is shielded, so cancelling one waiter (``asyncio.wait_for``) never cancels the ack.
-
-    Example::
-
-        ack = await writer.write(b"event")
-        await ack                    # durable now
-        ack.done()                   # True
-    """
-
-    __slots__ = ("_fut",)
-
-    def __init__(self, fut: asyncio.Future[None]) -> None:
-        self._fut = fut
-
-    def __await__(self) -> Generator[Any, None, None]:
-        fut = self._fut
-        if not fut.done():
-            yield from asyncio.shield(fut).__await__()
-        return fut.result()
-
-    def done(self) -> bool:
-        """True once the event is durable or failed. Example: ``if ack.done(): ...``"""
-        return self._fut.done()
-
-    def exception(self) -> BaseException | None:
-        """The error that stopped the event (None if durable); only once ``done()``."""
-        return self._fut.exception()
-
-    def add_done_callback(self, fn: Callable[[Ack], object]) -> None:
-        """Call ``fn(ack)`` (on the event loop) once the ack is settled.
-
-        Example::
-
-            ack.add_done_callback(lambda a: print("durable" if a.exception() is None else "failed"))
-        """
-        self._fut.add_done_callback(lambda _f: fn(self))
-
-    def __repr__(self) -> str:
-        if not self._fut.done():
-            return "<Ack pending>"
-        exc = self._fut.exception()
-        return "<Ack durable>" if exc is None else f"<Ack failed: {exc!r}>"
-
-
-class _State(enum.Enum):
-    NEW = "new"
-    STARTING = "starting"
-    OPEN = "open"
-    RECONNECTING = "reconnecting"
-    FAILED = "failed"
-    CLOSED = "closed"
-
-
-class _Block:
-    """A sealed append: contiguous event numbers ``last - count + 1 .. last``."""
-
-    __slots__ = ("conditional", "count", "frame", "fut", "last", "size")
-
-    def __init__(
-        self,
-        last: int,
-        count: int,
-        frame: bytes,
-        size: int,
-        fut: asyncio.Future[None],
-        conditional: bool = False,
-    ) -> None:
-        self.last = last
-        self.count = count
-        self.frame = frame
-        self.size = size
-        self.fut = fut
-        self.conditional = conditional
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _reject(fut: asyncio.Future[None], error: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(error)
-        fut.exception()  # mark retrieved: the writer reports errors through flush/close too
-
-
-class EventWriter:
+class EventWriter(WriterSession):
     """Writes events to one segment; get one with :meth:`Client.writer`.
 
     Example::
@@ -219,65 +66,6 @@ class EventWriter:
                 await writer.write(payload)      # returns at once (batched)
         # leaving the block flushed: every event is durable
     """
-
-    def __init__(
-        self,
-        client: Client,
-        segment: str,
-        writer_id: str | uuid.UUID | None = None,
-        *,
-        first_event_number: int | None = None,
-        block_size: int = 1024 * 1024,
-        linger: float = 0.002,
-        max_buffered_bytes: int = 32 * 1024 * 1024,
-    ) -> None:
-        if not 64 <= block_size <= _MAX_BLOCK:
-            raise ValueError(f"block_size must be within 64..{_MAX_BLOCK}")
-        if max_buffered_bytes < 2 * block_size:
-            raise ValueError("max_buffered_bytes must be at least twice block_size")
-        if linger < 0:
-            raise ValueError("linger must not be negative")
-        if first_event_number is not None and first_event_number < 0:
-            raise ValueError("first_event_number must not be negative")
-        self._client = client
-        self.segment = segment
-        self.writer_id = writer_uuid(writer_id)
-        self._wid = self.writer_id.bytes
-        self._first_event_number = first_event_number
-        self._block_size = block_size
-        self._linger = linger
-        self._max_buffered = max_buffered_bytes
-        self._rid = next_request_id()
-        self._state = _State.NEW
-        self._fast = False
-        self._error: BaseException | None = None
-        self._conn: Connection | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._start_task: asyncio.Future[None] | None = None
-        self._reconnect_task: asyncio.Task[None] | None = None
-        # the open batch: events numbered _base + 1 .. _base + len(_payloads)
-        self._payloads: list[bytes] = []
-        # their lengths, while every one came through _write_chunk (write() does not
-        # record them: a shorter list means "compute them when sealing")
-        self._sizes: list[int] = []
-        self._batch_bytes = 0
-        self._base = 0
-        self._batch_fut: asyncio.Future[None] | None = None
-        self._batch_ack: Ack | None = None
-        self._flush_handle: asyncio.Handle | None = None
-        # sealed blocks: sent and unacknowledged, then sealed and not yet sent
-        self._inflight: deque[_Block] = deque()
-        self._unsent: deque[_Block] = deque()
-        self._held = 0
-        self._room = asyncio.Event()
-        self._acked = NULL_ATTRIBUTE_VALUE
-        self._segment_length = -1
-        self._fenced = 0
-        self._done_ack: Ack | None = None
-        self.reconnects = 0
-        """How many times the writer re-established its session after a lost connection."""
-
-    # -- properties ------------------------------------------------------------------
 
     @property
     def last_event_number(self) -> int:
@@ -312,8 +100,6 @@ class EventWriter:
             f"last={self.last_event_number} acked={self._acked}>"
         )
 
-    # -- lifecycle -------------------------------------------------------------------
-
     async def start(self) -> EventWriter:
         """Connect and set up the append session (``write`` does it on first use).
 
@@ -321,8 +107,8 @@ class EventWriter:
 
             writer = await client.writer("logs/0").start()
         """
-        if self._state is _State.NEW:
-            self._state = _State.STARTING
+        if self._state is _S.NEW:
+            self._to(_I.START)
             self._loop = asyncio.get_running_loop()
             self._start_task = self._loop.create_future()
             self._done_ack = Ack(self._loop.create_future())
@@ -330,7 +116,7 @@ class EventWriter:
             try:
                 conn, last = await self._connect(Backoff(self._client.options))
             except asyncio.CancelledError:
-                self._state = _State.NEW  # nothing was set up; a later start may retry
+                self._to(_I.START_CANCELLED)  # nothing was set up; a later start may retry
                 self._start_task.cancel()
                 raise
             except BaseException as e:
@@ -338,7 +124,7 @@ class EventWriter:
                 self._start_task.set_exception(e)
                 self._start_task.exception()
                 raise
-            if self._state is not _State.STARTING:  # closed or aborted meanwhile
+            if self.state is not _S.STARTING:  # closed or aborted meanwhile
                 conn.remove_route(self._rid)
                 error = self._error or WriterClosed(f"writer for {self.segment!r} was closed")
                 self._start_task.set_exception(error)
@@ -354,10 +140,10 @@ class EventWriter:
             else:
                 self._base = self._first_event_number - 1
             self._attach(conn)
-            self._state = _State.OPEN
+            self._to(_I.SET_UP)
             self._update_fast()
             self._start_task.set_result(None)
-        elif self._state is _State.STARTING:
+        elif self._state is _S.STARTING:
             assert self._start_task is not None
             await asyncio.shield(self._start_task)
         self._check()
@@ -385,18 +171,18 @@ class EventWriter:
 
             await writer.close()
         """
-        if self._state in (_State.CLOSED, _State.NEW):
-            self._state = _State.CLOSED
+        if self._state in (_S.CLOSED, _S.NEW):
+            self._to(_I.CLOSE)
             self._client._forget_writer(self)
             return
         try:
-            if self._state is not _State.FAILED:
+            if self._state is not _S.FAILED:
                 await self.flush()
             elif self._error is not None:
                 raise self._error
         finally:
             self._shutdown(WriterClosed(f"writer for {self.segment!r} was closed"))
-            self._state = _State.CLOSED
+            self._to(_I.CLOSE)
 
     def abort(self) -> None:
         """Stop at once: unacknowledged events fail with :class:`WriterClosed` (the server
@@ -407,13 +193,11 @@ class EventWriter:
 
             writer.abort()
         """
-        if self._state is not _State.CLOSED:
+        if self._state is not _S.CLOSED:
             error = WriterClosed(f"writer for {self.segment!r} was aborted")
             self._fail(error, deliberate=True)
             self._shutdown(error)
-            self._state = _State.CLOSED
-
-    # -- writing ---------------------------------------------------------------------
+            self._to(_I.CLOSE)
 
     async def write(
         self,
@@ -448,10 +232,10 @@ class EventWriter:
         if event_number is not None or expected_offset is not None or not self._fast:
             return await self._write_slow(data, event_number, expected_offset)
         if type(data) is not bytes:
-            data = _as_bytes(data)
+            data = as_bytes(data)
         n = len(data)
         if n > MAX_EVENT_SIZE:
-            raise EventTooLarge(f"event of {n} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum")
+            raise event_too_large(n)
         payloads = self._payloads
         if not payloads:
             self._begin_batch()
@@ -485,7 +269,7 @@ class EventWriter:
             await ack
             await writer.write_many(replayed, first_event_number=1)  # a re-created writer
         """
-        if self._state is _State.NEW or self._state is _State.STARTING:
+        if self._state is _S.NEW or self._state is _S.STARTING:
             await self.start()
         self._check()
         ack = None
@@ -504,15 +288,19 @@ class EventWriter:
             ack = self._batch_ack if self._payloads and self._batch_ack else self._last_ack()
         return ack
 
-    async def flush(self) -> None:
-        """Send everything buffered and wait until the server has made it durable.
+    async def flush(self, *, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until the server has made it durable;
+        :class:`Timeout` after ``timeout`` seconds (the events stay queued).
 
         Example::
 
             await writer.write(b"x")
-            await writer.flush()
+            await writer.flush(timeout=10)
         """
-        if self._state is _State.NEW:
+        await within(timeout, self._flush())
+
+    async def _flush(self) -> None:
+        if self._state is _S.NEW:
             return
         self._check()
         if self._payloads:
@@ -528,20 +316,6 @@ class EventWriter:
                     return  # a refused conditional append is reported by its own ack
                 raise
         self._check()
-
-    # -- internals: batching ---------------------------------------------------------
-
-    def _check(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._state is _State.CLOSED:
-            raise WriterClosed(f"writer for {self.segment!r} is closed")
-
-    def _update_fast(self) -> None:
-        self._fast = (
-            self._state in (_State.OPEN, _State.RECONNECTING)
-            and self._base + len(self._payloads) >= self._acked
-        )
 
     def _last_ack(self) -> Ack:
         if self._unsent:
@@ -564,7 +338,7 @@ class EventWriter:
 
     def _on_linger(self) -> None:
         self._flush_handle = None
-        if self._payloads and self._state not in (_State.FAILED, _State.CLOSED):
+        if self._payloads and self._state not in (_S.FAILED, _S.CLOSED):
             self._seal()
 
     async def _wait_room(self) -> None:
@@ -578,78 +352,6 @@ class EventWriter:
         if self._error is not None:
             raise self._error
 
-    def _seal(self) -> None:
-        """Close the open batch into a block and send it if the session allows."""
-        payloads = self._payloads
-        count = len(payloads)
-        sizes = self._sizes if len(self._sizes) == count else list(map(len, payloads))
-        size = self._batch_bytes
-        fut = self._batch_fut
-        assert fut is not None
-        first = self._base + 1
-        last = self._base + count
-        self._payloads = []
-        self._sizes = []
-        self._batch_bytes = 0
-        self._base = last
-        self._batch_fut = None
-        self._batch_ack = None
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        if first <= self._acked:  # the server already has some (it told us at setup)
-            skip = min(count, self._acked - first + 1)
-            payloads = payloads[skip:]
-            sizes = sizes[skip:]
-            count -= skip
-            if not count:
-                _resolve(fut)
-                return
-            size = sum(sizes) + 8 * count
-        frame = self._frame(payloads, sizes, size, last)
-        block = _Block(last, count, frame, size, fut)
-        self._held += size
-        if self._state is _State.OPEN and not self._unsent and not self._blocked():
-            conn = self._conn
-            assert conn is not None
-            self._inflight.append(block)
-            # An open session means an open connection: its close listener would have
-            # moved us to RECONNECTING first.
-            conn.write(frame)
-        else:
-            self._unsent.append(block)
-
-    def _frame(self, payloads: list[bytes], sizes: list[int], size: int, last: int) -> bytes:
-        """One AppendBlockEnd frame of ``payloads`` (``sizes`` their lengths, ``size``
-        their record bytes), built with one join."""
-        count = len(payloads)
-        parts: list[bytes] = [b""] * (2 * count + 2)
-        parts[0] = _ABE_HEAD.pack(4, 44 + size, self._wid, size, size)
-        parts[1 : 2 * count : 2] = map(_event_header, sizes)
-        parts[2 : 2 * count + 1 : 2] = payloads
-        parts[-1] = _ABE_TAIL.pack(count, last, self._rid)
-        return b"".join(parts)
-
-    def _blocked(self) -> bool:
-        """Nothing may be sent behind an unresolved conditional append (a Java server
-        would fence the writer if that append failed)."""
-        return bool(self._inflight) and self._inflight[-1].conditional
-
-    def _pump(self) -> None:
-        """Send unsent blocks in order while the session is open and nothing blocks."""
-        if self._state is not _State.OPEN:
-            return
-        conn = self._conn
-        assert conn is not None
-        unsent, inflight = self._unsent, self._inflight
-        frames: list[bytes] = []
-        while unsent and not (inflight and inflight[-1].conditional):
-            block = unsent.popleft()
-            inflight.append(block)
-            frames.append(block.frame)
-        if frames:
-            conn.writelines(frames)
-
     async def _write_chunk(self, chunk: list[bytes], first: int | None) -> Ack | None:
         """Accept a chunk of events numbered ``first, first + 1, ...`` (None: each after
         the last number accepted), sealing blocks as they fill. Returns the ack of the
@@ -659,15 +361,13 @@ class EventWriter:
         the others must be numbered above the last accepted one; a gap in the numbers
         seals the open batch first, so a block only ever holds consecutive numbers.
         """
-        if set(map(type, chunk)) != _ONLY_BYTES:
-            chunk = [_as_bytes(p) for p in chunk]
+        if set(map(type, chunk)) != ONLY_BYTES:
+            chunk = [as_bytes(p) for p in chunk]
         sizes = list(map(len, chunk))
         n = len(chunk)
         rest = sum(sizes)  # no event can be larger than all of them together
         if rest > MAX_EVENT_SIZE and max(sizes) > MAX_EVENT_SIZE:
-            raise EventTooLarge(
-                f"event of {max(sizes)} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum"
-            )
+            raise event_too_large(max(sizes))
         rest += 8 * n  # record bytes (header + payload) of events i..n-1
         i = 0
         ack: Ack | None = None
@@ -675,7 +375,7 @@ class EventWriter:
         # Every pass accepts or acknowledges at least one event (i grows), except a pass
         # that seals a batch of already-durable events, after which the batch is empty.
         while i < n:
-            if self._state is _State.NEW or self._state is _State.STARTING:
+            if self._state is _S.NEW or self._state is _S.STARTING:
                 await self.start()  # judge numbers against what the server holds
             self._check()
             last = self._base + len(self._payloads)
@@ -703,7 +403,7 @@ class EventWriter:
                 self._base = number - 1
             if not self._payloads:
                 self._begin_batch()
-            j, added = _cut(sizes, i, block_size - self._batch_bytes, rest)
+            j, added = cut(sizes, i, block_size - self._batch_bytes, rest)
             if j - i == n:
                 self._payloads.extend(chunk)
                 self._sizes.extend(sizes)
@@ -730,14 +430,12 @@ class EventWriter:
                 assert self._done_ack is not None
                 return self._done_ack
             return ack
-        if self._state is _State.NEW or self._state is _State.STARTING:
+        if self._state is _S.NEW or self._state is _S.STARTING:
             await self.start()
         self._check()
-        data = _as_bytes(data)
+        data = as_bytes(data)
         if len(data) > MAX_EVENT_SIZE:
-            raise EventTooLarge(
-                f"event of {len(data)} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum"
-            )
+            raise event_too_large(len(data))
         last = self._base + len(self._payloads)
         number = last + 1 if event_number is None else event_number
         if number <= self._acked:
@@ -761,7 +459,7 @@ class EventWriter:
         fut: asyncio.Future[None] = loop.create_future()
         frame = encode(ConditionalAppend(self.writer_id, number, expected_offset, data, self._rid))
         size = len(data) + 8
-        block = _Block(number, 1, frame, size, fut, conditional=True)
+        block = Block(number, 1, frame, size, fut, conditional=True)
         self._base = number
         self._held += size
         self._unsent.append(block)
@@ -770,281 +468,3 @@ class EventWriter:
         if self._held > self._max_buffered:
             await self._wait_room()
         return Ack(fut)
-
-    # -- internals: the session ------------------------------------------------------
-
-    async def _connect(self, backoff: Backoff) -> tuple[Connection, int]:
-        """Acquire a connection and run SetupAppend, retrying what a retry can fix."""
-        pool = self._client._pool
-        while True:
-            remaining = max(0.0, backoff.deadline - asyncio.get_running_loop().time())
-            try:
-                conn = await pool.acquire(timeout=remaining)
-                reply = await conn.call(
-                    SetupAppend(
-                        self._rid,
-                        self.writer_id,
-                        self.segment,
-                        self._client.options.delegation_token,
-                    ),
-                    self._rid,
-                )
-            except (ConnectionLost, Timeout) as e:
-                await backoff.wait(e)
-                continue
-            if isinstance(reply, AppendSetup):
-                return conn, reply.last_event_number
-            error = error_from_reply(reply)
-            if isinstance(error, WrongHost):
-                conn.close("answered WrongHost")
-                await backoff.wait(error)
-                continue
-            raise error
-
-    def _attach(self, conn: Connection) -> None:
-        self._conn = conn
-        conn.add_writer(self.writer_id, self._on_reply)
-        conn.add_route(self._rid, self._on_reply)
-        conn.on_close(self._on_connection_lost)
-
-    def _detach(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.remove_writer(self.writer_id, self._on_reply)
-            conn.remove_route(self._rid)
-            conn.remove_close_listener(self._on_connection_lost)
-
-    def _on_reply(self, cmd: Command) -> None:
-        t = type(cmd)
-        if t is DataAppended:
-            self._on_acked(cmd)  # type: ignore[arg-type]
-        elif t is ConditionalCheckFailed:
-            self._on_conditional_failed(cmd)  # type: ignore[arg-type]
-        elif t is InvalidEventNumber:
-            self._fenced += 1
-            if self._fenced >= 3:
-                self._fail(error_from_reply(cmd))
-            elif self._conn is not None:
-                self._conn.close("fenced the writer (InvalidEventNumber)")
-        elif t is AppendSetup:
-            pass  # a late duplicate; the session is already set up
-        else:
-            error = error_from_reply(cmd)
-            if isinstance(error, WrongHost) and self._conn is not None:
-                self._conn.close("answered WrongHost")
-                return
-            if isinstance(error, SegmentSealed):
-                first = self._first_unacked()
-                error.event_number = first
-                error.args = (f"{error.args[0]}; events from number {first} on were refused",)
-            self._fail(error)
-
-    def _first_unacked(self) -> int:
-        for q in (self._inflight, self._unsent):
-            if q:
-                return q[0].last - q[0].count + 1
-        return self._base + 1
-
-    def _on_acked(self, cmd: DataAppended) -> None:
-        n = cmd.event_number
-        inflight = self._inflight
-        freed = 0
-        while inflight and inflight[0].last <= n:
-            block = inflight.popleft()
-            freed += block.size
-            fut = block.fut
-            if not fut.done():
-                fut.set_result(None)
-        self._fenced = 0
-        if n > self._acked:
-            self._acked = n
-        if cmd.current_segment_write_offset >= 0:
-            self._segment_length = cmd.current_segment_write_offset
-        if freed:
-            self._held -= freed
-            if not self._room.is_set():
-                self._room.set()
-        if self._unsent:
-            self._pump()
-        elif not inflight and self._payloads and self._state is _State.OPEN:
-            # Nothing in flight: waiting out the linger would only add latency.
-            self._seal()
-
-    def _on_conditional_failed(self, cmd: ConditionalCheckFailed) -> None:
-        inflight = self._inflight
-        for block in inflight:
-            if block.conditional and block.last == cmd.event_number:
-                inflight.remove(block)
-                self._held -= block.size
-                self._room.set()
-                err = error_from_reply(cmd)
-                if isinstance(err, ServerError):
-                    err.segment = self.segment
-                _reject(block.fut, err)
-                break
-        self._pump()
-
-    def _on_connection_lost(self, error: ConnectionLost) -> None:
-        if self._state is not _State.OPEN:
-            return
-        log.info("%r: %s; reconnecting", self, error)
-        self._detach()
-        self._state = _State.RECONNECTING
-        # Everything unacknowledged is resent after the next AppendSetup, in order.
-        self._unsent.extendleft(reversed(self._inflight))
-        self._inflight.clear()
-        assert self._loop is not None
-        self._reconnect_task = self._loop.create_task(self._reconnect(error))
-
-    async def _reconnect(self, cause: ConnectionLost) -> None:
-        try:
-            conn, last = await self._connect(Backoff(self._client.options))
-        except BaseException as e:
-            if self._state is _State.RECONNECTING:
-                self._fail(e if isinstance(e, SegmentStoreError) else cause)
-            if not isinstance(e, Exception):
-                raise
-            return
-        if self._state is not _State.RECONNECTING:
-            return
-        self._attach(conn)
-        self.reconnects += 1
-        self._after_setup(last)
-
-    def _after_setup(self, last: int) -> None:
-        """The server has every event numbered <= ``last``: ack those, resend the rest."""
-        if last != NULL_ATTRIBUTE_VALUE and last > self._acked:
-            self._acked = last
-        unsent = self._unsent
-        freed = 0
-        while unsent and unsent[0].last <= self._acked:
-            block = unsent.popleft()
-            freed += block.size
-            _resolve(block.fut)
-        if unsent and unsent[0].last - unsent[0].count + 1 <= self._acked:
-            freed += self._trim(unsent[0])
-        if freed:
-            self._held -= freed
-            self._room.set()
-        if self._base < self._acked and self._payloads:
-            # The server has part of the open batch too (only if someone else wrote with
-            # this writer id); sealing trims it.
-            self._seal()
-        if self._base < self._acked:
-            self._base = self._acked
-        self._state = _State.OPEN
-        self._update_fast()
-        self._pump()
-        if not self._inflight and not self._unsent and self._payloads:
-            self._seal()
-
-    def _trim(self, block: _Block) -> int:
-        """Drop the events of ``block`` that the server already has; return freed bytes."""
-        skip = self._acked - (block.last - block.count + 1) + 1
-        mv = memoryview(block.frame)[_ABE_HEAD_SIZE : len(block.frame) - _ABE_TAIL_SIZE]
-        pos = 0
-        payloads: list[bytes] = []
-        sizes: list[int] = []
-        for i in range(block.count):
-            _, length = _EVENT_HEADER.unpack_from(mv, pos)
-            if i >= skip:
-                payloads.append(bytes(mv[pos + 8 : pos + 8 + length]))
-                sizes.append(length)
-            pos += 8 + length
-        count = len(payloads)
-        size = sum(sizes) + 8 * count
-        freed = block.size - size
-        block.frame = self._frame(payloads, sizes, size, block.last)
-        block.count = count
-        block.size = size
-        return freed
-
-    def _fail(self, error: BaseException, *, deliberate: bool = False) -> None:
-        """The writer cannot continue: fail every unacknowledged event with ``error``.
-
-        ``deliberate`` (an :meth:`abort`) logs at DEBUG; an unexpected failure at WARNING.
-        """
-        if self._state in (_State.FAILED, _State.CLOSED):
-            return
-        self._state = _State.FAILED
-        self._fast = False
-        self._error = error
-        if deliberate:
-            log.debug("%r aborted: %s", self, error)
-        else:
-            log.warning("%r failed: %s", self, error)
-        for q in (self._inflight, self._unsent):
-            for block in q:
-                _reject(block.fut, error)
-            q.clear()
-        self._held = 0
-        if self._batch_fut is not None:
-            _reject(self._batch_fut, error)
-        self._payloads = []
-        self._sizes = []
-        self._batch_bytes = 0
-        self._batch_fut = None
-        self._batch_ack = None
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        self._room.set()
-        self._detach()
-        self._client._forget_writer(self)
-
-    def _shutdown(self, error: BaseException) -> None:
-        for q in (self._inflight, self._unsent):
-            for block in q:
-                _reject(block.fut, error)
-            q.clear()
-        if self._batch_fut is not None:
-            _reject(self._batch_fut, error)
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        if self._reconnect_task is not None and not self._reconnect_task.done():
-            self._reconnect_task.cancel()
-        self._fast = False
-        self._room.set()
-        self._detach()
-        self._client._forget_writer(self)
-
-
-def _cut(sizes: list[int], i: int, room: int, rest: int) -> tuple[int, int]:
-    """Where the open batch's block fills: ``(j, added)`` with ``j`` the end of the
-    fewest events from ``i`` whose records (8-byte header + payload, ``added`` bytes in
-    all) reach ``room`` bytes, or the end of ``sizes`` if all of them (``rest`` bytes)
-    do not.
-
-    Events of a stream mostly have similar sizes, so a guess from the average record
-    size is usually within a few events of the cut: sum the guess (in C), step to the
-    exact cut, and fall back to prefix sums after 64 steps.
-
-    Example: ``_cut([100] * 10, 0, 300, 1080) == (3, 324)``
-    """
-    n = len(sizes)
-    if rest < room:
-        return n, rest
-    # rest >= room: the cut exists, so while got < room there is an event at j to add.
-    j = min(n, i + max(1, int(room * (n - i) / rest)))
-    got = sum(sizes[i:j]) + 8 * (j - i)
-    for _ in range(64):
-        if got < room:
-            got += sizes[j] + 8
-            j += 1
-        elif j - i > 1 and got - sizes[j - 1] - 8 >= room:
-            j -= 1
-            got -= sizes[j] + 8
-        else:
-            return j, got
-    cum = list(itertools.accumulate(map(add, sizes[i:], itertools.repeat(8))))
-    k = bisect_left(cum, room)
-    return i + k + 1, cum[k]
-
-
-def _as_bytes(data: object) -> bytes:
-    if type(data) is bytes:
-        return data
-    if isinstance(data, bytes | bytearray | memoryview):
-        return bytes(data)  # copy: the caller may reuse a mutable buffer
-    raise TypeError(f"an event is bytes, not {type(data).__name__}")

@@ -13,6 +13,8 @@ import asyncio
 import sys
 from typing import Any
 
+from ._cli import examples
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -20,6 +22,11 @@ def add_parser(subparsers: Any) -> None:
         help="register a schema version of a Databus relay source",
         description="Store SCHEMA_FILE as a schema version of SOURCE (its relay name, "
         "e.g. scope.stream.0); GET /register?sources=<id> serves it.",
+        epilog=examples(
+            "segmentstore relay-schema orders.eu.0 order.avsc --endpoint tcp://127.0.0.1:12345",
+            "cat order-v2.avsc | segmentstore relay-schema orders.eu.0 - --version 2",
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("source", help="relay source name (scope.stream.0)")
     p.add_argument("schema_file", help="file with the schema text, or - for stdin")

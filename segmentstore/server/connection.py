@@ -1,13 +1,33 @@
-"""One client connection: bytes in -> commands -> storage -> replies out.
+"""One client connection: bytes in -> commands -> storage -> replies out, within budgets.
 
 The asyncio layer is thin: ``data_received`` feeds the sans-IO decoder and dispatches each
-command. Appends never get a task of their own: the store returns a future per append
-and a done-callback sends the acknowledgement, so acks leave in commit order. Replies
-produced in one turn of the event loop are joined into a single ``transport.write``.
+command; appends go to ``appends.py``, reads to ``reads.py``, other requests to handler
+tasks. Replies produced in one turn of the event loop are joined into one ``writelines``.
 
-Backpressure: when the bytes of appends not yet durable exceed a bound, or the transport's
-write buffer is full (a slow reader), the connection stops reading its socket until the
-log or the peer catches up. Nothing queues without bound.
+Every request gets a reply or a documented close (reference 12): storage errors map to
+their replies (``errors.error_reply``); anything else a handler raises becomes an
+``ErrorMessage`` (``errors.internal_error``), and a reply too long to encode becomes an
+``ErrorMessage`` with the name cut (``errors.encode_reply``).
+
+Budgets (README "Resource budgets"). What a connection holds is bounded and charged to the
+server's store-wide budgets (``budget.py``):
+
+* input: the bytes of a partial frame (the decoder grows its buffer with the bytes that
+  arrive, never with the declared length). Over the store-wide input budget, a connection
+  holding more than the floor stops reading its socket until the budget has room.
+* output: replies queued in this object and in the transport. The transport's high-water
+  mark is this connection's fair share of the store-wide output budget (at most
+  ``connection_write_buffer_bytes``) less one read; commands wait in the backlog while
+  the transport is paused, and reads from chunk files reserve their size before they
+  touch the disk, so a client that never reads holds at most its share.
+* appends not yet durable (``appends.py``); requests being served (``max_pending_requests``
+  tasks at once; more wait in the backlog, and the socket is not read meanwhile).
+
+Timeouts (checked by the server's sweep with an injected clock, ``check_timeouts``): the
+first frame (normally Hello) must arrive within ``hello_timeout_s``; a frame must complete
+within ``frame_timeout_s`` of its first byte; queued replies that do not drain for
+``write_stall_timeout_s`` end the connection. A timed-out connection is aborted (its queued
+output dropped), so its memory returns at once.
 
 Contract with the reference (sections 4, 7, 8, 12): Hello first or not at all; any
 decoding error, reply-type command, bare Event/PartialEvent, or append-protocol violation
@@ -17,13 +37,10 @@ closes the connection without a reply; every reply echoes its request id.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import secrets
-import time
-import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from segmentstore_client.errors import RemoteProtocolError
@@ -31,85 +48,53 @@ from segmentstore_client.protocol import (
     MAX_PAYLOAD_TO_SERVER,
     OLDEST_COMPATIBLE_VERSION,
     WIRE_VERSION,
-    Append,
     AppendAssembler,
     AppendBlock,
     AppendBlockEnd,
-    AppendSetup,
     Buffer,
     Command,
     ConditionalAppend,
     ConditionalBlockEnd,
-    ConditionalCheckFailed,
     CreateTransientSegment,
-    DataAppended,
     ErrorMessage,
     ErrorReply,
     FrameDecoder,
     Hello,
-    InvalidEventNumber,
     KeepAlive,
-    NoSuchSegment,
-    OperationUnsupported,
     Padding,
     ReadSegment,
     Reply,
     SegmentCreated,
-    SegmentIsSealed,
-    SegmentRead,
     SetupAppend,
     encode,
-    segment_read_parts,
 )
+from segmentstore_client.protocol.names import name_problem
 
 from ..storage import (
     ATTRIBUTE_SEGMENT_TYPE,
     NULL_ATTRIBUTE_VALUE,
-    SEGMENT_TYPE_TABLE,
     SEGMENT_TYPE_TRANSIENT,
-    AppendResult,
-    BadAttributeUpdate,
-    BadOffset,
-    InvalidOffset,
-    ReadResult,
-    SegmentNotFound,
-    SegmentSealed,
     StorageError,
 )
-from .errors import error_reply
+from .appends import Appends, WriterState
+from .errors import (
+    ILLEGAL_ARGUMENT,
+    PEER_LOG,
+    encode_reply,
+    error_reply,
+    internal_error,
+    name_refusal,
+    shown,
+)
+from .reads import MAX_READ_BYTES, Reads
 
 if TYPE_CHECKING:
     from .server import Server
 
 log = logging.getLogger("segmentstore.server")
 
-MAX_READ_BYTES = 2 * 1024 * 1024
-# Below this a read's data is joined into its frame; above, it goes out as its own piece.
-_ZERO_COPY_READ_BYTES = 16 * 1024
 _APPEND_DATA = (AppendBlock, AppendBlockEnd, ConditionalAppend, ConditionalBlockEnd, Padding)
-
-
-class WriterState:
-    """One writer's append session on this connection (reference 7.6).
-
-    ``queue`` holds the writer's submitted appends in order. Outcomes are handled only from
-    its head, so acknowledgements and the error that ends the session leave in submission
-    order even though the store fails a doomed append (e.g. on a sealed segment) at once,
-    while earlier ones are still on their way to disk.
-    """
-
-    __slots__ = ("drain", "failed", "last_acked", "last_stored", "queue", "segment")
-
-    def __init__(
-        self, segment: str, last: int, on_done: Callable[[WriterState, object], None]
-    ) -> None:
-        self.segment = segment
-        self.last_stored = last  # highest event number submitted to the store
-        self.last_acked = last  # highest event number acknowledged
-        self.failed = False  # an error ended the session; later outcomes are dropped
-        self.queue: deque[tuple[asyncio.Future[AppendResult], Append, float]] = deque()
-        # Done-callback of every append future of this writer (one object, made once).
-        self.drain: Callable[[object], None] = functools.partial(on_done, self)
+MIN_READ_CAP = 64 * 1024
 
 
 class Connection(asyncio.Protocol):
@@ -121,22 +106,34 @@ class Connection(asyncio.Protocol):
         self.handlers = server.handlers
         self.decoder = FrameDecoder(max_payload=MAX_PAYLOAD_TO_SERVER)
         self.assembler = AppendAssembler()
-        self.writers: dict[uuid.UUID, WriterState] = {}
+        self.appends = Appends(self)
+        self.reads = Reads(self)
         self.transient: set[str] = set()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.closed = False
-        self._loop = asyncio.get_running_loop()
+        self._aborted = False
+        self.loop = asyncio.get_running_loop()
+        config = server.config
+        self._clock = server.clock
+        self._max_pending = config.max_pending_requests
         self._out: list[Buffer] = []
         self._out_bytes = 0
-        self._out_limit = server.config.connection_write_buffer_bytes
+        self._out_charged = 0  # bytes charged to the store-wide output budget
+        self._reserved = 0  # bytes reserved by reads on their way from the disk
+        self._high = config.connection_write_buffer_bytes
+        self.read_cap = MAX_READ_BYTES
+        self._room = asyncio.Event()
         self._backlog: deque[Command] = deque()
         self._flush_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._inflight_bytes = 0
-        self._inflight_limit = server.config.connection_inflight_bytes
-        self._paused_appends = False
         self._paused_writes = False
+        self._paused_input = False
+        self._in_charged = 0  # partial-frame bytes charged to the store-wide input budget
+        self._born = self._clock()
+        self._first_frame = False
+        self._frame_since: float | None = None  # when the partial frame's first byte came
+        self._stall_since: float | None = None  # when the transport last paused writing
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -145,11 +142,11 @@ class Connection(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        transport.set_write_buffer_limits(high=self.server.config.connection_write_buffer_bytes)
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
         self.metrics.connections += 1
         self.metrics.connections_total += 1
         self.server.connections.add(self)
+        self.retune()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -157,6 +154,14 @@ class Connection(asyncio.Protocol):
         self.server.connections.discard(self)
         for task in self._tasks:
             task.cancel()
+        self.appends.release()
+        self._out, self._out_bytes = [], 0
+        self.server.output_budget.forget(self)
+        self.server.output_budget.charge(-self._out_charged)
+        self.server.input_budget.forget(self)
+        self.server.input_budget.charge(-self._in_charged)
+        self._out_charged = self._in_charged = 0
+        self._room.set()  # parked reads wake up and find the connection closed
         if self.transient:
             self.server.spawn(self._drop_transient(set(self.transient)))
 
@@ -166,41 +171,83 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as e:
             self.protocol_error(str(e))
             return
-        if self._backlog:
-            self._backlog.extend(commands)
+        buffered = self.decoder.buffered
+        budget = self.server.input_budget
+        if buffered != self._in_charged:
+            budget.charge(buffered - self._in_charged)
+            self._in_charged = buffered
+        if commands:
+            self._first_frame = True
+        if not buffered:
+            self._frame_since = None
+        elif commands or self._frame_since is None:
+            self._frame_since = self._clock()
+        if budget.over and buffered > budget.floor and not self._paused_input:
+            self._paused_input = True
+            budget.wait(self, self._resume_input)
+        if commands:
+            if self._backlog:
+                self._backlog.extend(commands)
+            else:
+                self._backlog = deque(commands)
+            self.process()
         else:
-            self._backlog = deque(commands)
-        self._process()
+            self.update_reading()
 
-    def _process(self) -> None:
+    def _resume_input(self) -> None:
+        self._paused_input = False
+        self.update_reading()
+
+    def process(self) -> None:
         """Dispatch decoded commands while the output side keeps up.
 
         Pausing the socket does not stop commands already decoded from one large read, and
-        each read may answer with 2 MiB: so commands wait here while queued output is above
-        the high-water mark, and resume when the transport drains (``resume_writing``) or
-        when our own queue is flushed.
+        each read may answer with up to ``read_cap`` bytes: so commands wait here while
+        the transport is paused or too many requests are being served, and resume when the
+        transport drains (``resume_writing``), a task ends, or our own queue is flushed.
         """
         backlog = self._backlog
         while backlog and not self.closed:
-            if self._paused_writes or self._out_bytes > self._out_limit:
+            if self._output_full() or len(self._tasks) >= self._max_pending:
                 break
+            command = backlog.popleft()
             try:
-                self.dispatch(backlog.popleft())
+                self.dispatch(command)
             except RemoteProtocolError as e:
                 self.protocol_error(str(e))
                 return
-        self._update_reading()
+            except Exception as e:  # no exception escapes a handler: it gets a reply
+                self.reply(internal_error(command, e))
+        self.update_reading()
 
     def pause_writing(self) -> None:
         self._paused_writes = True
-        self._update_reading()
+        self._stall_since = self._clock()
+        self._room.clear()
+        self.update_reading()
 
     def resume_writing(self) -> None:
         self._paused_writes = False
-        self._process()
+        self._stall_since = None
+        self._settle_output()
+        self._room.set()
+        self.process()
 
     def eof_received(self) -> bool | None:
         return None
+
+    def update_reading(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        if self.appends.paused or self._paused_writes or self._paused_input or self._backlog:
+            if self.transport.is_reading():
+                self.transport.pause_reading()
+        elif not self.transport.is_reading():
+            self.transport.resume_reading()
+
+    @property
+    def inflight_bytes(self) -> int:
+        return self.appends.inflight_bytes
 
     # --- output -------------------------------------------------------------------------
 
@@ -209,17 +256,21 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         out = self._out
+        n = 0
         for part in parts:
             out.append(part)
-            self._out_bytes += len(part)
+            n += len(part)
+        self._out_bytes += n
+        self._out_charged += n
+        self.server.output_budget.charge(n)
         if not self._flush_pending:
             self._flush_pending = True
-            self._loop.call_soon(self._flush)
+            self.loop.call_soon(self._flush)
 
     def reply(self, reply: Reply) -> None:
         if isinstance(reply, ErrorReply):
             self.metrics.errors[type(reply).__name__] += 1
-        self.send(encode(reply))
+        self.send(encode_reply(reply))
 
     def _flush(self) -> None:
         self._flush_pending = False
@@ -228,8 +279,56 @@ class Connection(asyncio.Protocol):
         if out and not self.closed and self.transport is not None:
             # writelines hands uvloop the pieces for one writev, without joining them.
             self.transport.writelines(out)
+        self._settle_output()
+        if not self._paused_writes:
+            self._room.set()
         if self._backlog:
-            self._process()
+            self.process()
+
+    def _settle_output(self) -> None:
+        """Charge the store-wide output budget with what this connection really holds now
+        (the transport sends on its own and only says so when it crosses low water)."""
+        transport = self.transport
+        held = self._out_bytes
+        if transport is not None and not transport.is_closing():
+            held += transport.get_write_buffer_size()
+        if held != self._out_charged:
+            self.server.output_budget.charge(held - self._out_charged)
+            self._out_charged = held
+
+    def _output_full(self) -> bool:
+        if self._paused_writes or self._out_bytes + self._reserved > self._high:
+            return True
+        budget = self.server.output_budget
+        if budget.over and self._out_charged > budget.floor:
+            budget.wait(self, self._budget_room)
+            return True
+        return False
+
+    def _budget_room(self) -> None:
+        self._room.set()
+        self.process()
+
+    async def reserve_output(self, size: int) -> None:
+        """Wait until this connection's output has room for ``size`` more bytes (one
+        reservation always goes while nothing else is reserved)."""
+        while not self.closed and (self._paused_writes or (self._reserved and self._output_full())):
+            self._room.clear()
+            await self._room.wait()
+        self._reserved += size
+
+    def release_output(self, size: int) -> None:
+        self._reserved -= size
+        self._room.set()
+
+    def retune(self) -> None:
+        """Fit the high-water mark and the read cap to this connection's fair share."""
+        share = self.server.output_budget.fair_share(len(self.server.connections))
+        self.read_cap = min(MAX_READ_BYTES, max(MIN_READ_CAP, share // 2))
+        high = min(self.server.config.connection_write_buffer_bytes, share - self.read_cap)
+        self._high = max(MIN_READ_CAP, high)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.set_write_buffer_limits(high=self._high)
 
     def close(self) -> None:
         """Close after flushing what is queued."""
@@ -239,41 +338,88 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.transport.close()
 
+    def abort(self, why: str) -> None:
+        """Drop the connection and whatever it has queued (a timeout, a stalled peer)."""
+        PEER_LOG(logging.INFO, "closing connection from %s: %s", self.peer, why)
+        self.closed = self._aborted = True
+        self._backlog.clear()
+        if self.transport is not None:
+            self.transport.abort()
+
     def protocol_error(self, why: str) -> None:
         self.metrics.protocol_errors += 1
-        log.warning("closing connection from %s: %s", self.peer, why)
+        PEER_LOG(logging.WARNING, "closing connection from %s: %s", self.peer, why)
         self.close()
+
+    def check_timeouts(self, now: float) -> None:
+        """Abort the connection if a timeout has passed (called by the server's sweep)."""
+        c = self.server.config
+        if self.transport is None or self._aborted:
+            return
+        if not self._first_frame and now - self._born > c.hello_timeout_s:
+            kind, why = "hello", f"no request within {c.hello_timeout_s:g}s"
+        elif self._frame_since is not None and now - self._frame_since > c.frame_timeout_s:
+            kind, why = "frame", f"a frame still incomplete after {c.frame_timeout_s:g}s"
+        elif self._stall_since is not None and now - self._stall_since > c.write_stall_timeout_s:
+            kind, why = "write", f"replies not read for {c.write_stall_timeout_s:g}s"
+        else:
+            if not self.closed:
+                self._settle_output()
+                self.retune()
+            return
+        self.metrics.timeouts[kind] += 1
+        self.abort(why)
 
     # --- dispatch -----------------------------------------------------------------------
 
     def dispatch(self, command: Command) -> None:
         kind = type(command)
         if kind in _APPEND_DATA or self.assembler.block_open:
+            if not self.appends.precheck(command):
+                return
             append = self.assembler.feed(command)
             if append is not None:
-                self.on_append(append)
+                self.appends.append(append)
             return
         self.metrics.requests[kind.__name__] += 1
-        if kind is ReadSegment:
-            self.read_now(command)  # type: ignore[arg-type]
+        refusal = name_refusal(command)
+        if refusal is not None:
+            self.reply(refusal)
+        elif kind is ReadSegment:
+            self.reads.read_now(command)  # type: ignore[arg-type]
         elif kind is SetupAppend:
-            self.setup_append(command)  # type: ignore[arg-type]
+            self.appends.setup(command)  # type: ignore[arg-type]
         elif kind is Hello:
             self.hello(command)  # type: ignore[arg-type]
         elif kind is KeepAlive:
             self.send(encode(KeepAlive()))
         elif kind is CreateTransientSegment:
-            self.spawn(self.create_transient(command))  # type: ignore[arg-type]
+            self.spawn(command, self.create_transient(command))  # type: ignore[arg-type]
         else:
             handler = self.handlers.get(kind)
             if handler is None:
                 raise RemoteProtocolError(f"{kind.__name__} is not a request this server takes")
-            self.spawn(self.serve(handler, command))
+            self.spawn(command, self.serve(handler, command))
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(coro)
+    def spawn(self, command: Command, coro: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(self._guarded(command, coro))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._backlog and not self.closed:
+            self.process()
+
+    async def _guarded(self, command: Command, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a request's task; whatever it raises becomes an ErrorMessage, never a
+        "Task exception was never retrieved"."""
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.reply(internal_error(command, e))
 
     def fail(self, command: Command, exc: StorageError) -> None:
         """Answer ``command`` with the error reply for ``exc`` (or close, per 12.1)."""
@@ -288,11 +434,6 @@ class Connection(asyncio.Protocol):
             reply = await handler(self.ctx, command)
         except StorageError as e:
             reply = error_reply(command, e)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("failed serving %s from %s", type(command).__name__, self.peer)
-            reply = None
         if reply is None:
             self.close()
         else:
@@ -301,200 +442,14 @@ class Connection(asyncio.Protocol):
     def hello(self, command: Hello) -> None:
         self.send(encode(Hello(WIRE_VERSION, OLDEST_COMPATIBLE_VERSION)))
         if command.low_version > WIRE_VERSION or command.high_version < OLDEST_COMPATIBLE_VERSION:
-            log.warning(
+            PEER_LOG(
+                logging.WARNING,
                 "incompatible client %s (versions %d..%d); closing",
                 self.peer,
                 command.low_version,
                 command.high_version,
             )
             self.close()
-
-    # --- appends (reference section 7) --------------------------------------------------
-
-    def setup_append(self, command: SetupAppend) -> None:
-        writer, segment = command.writer_id, command.segment
-        self.assembler.setup(writer, segment)
-        self.writers.pop(writer, None)
-        try:
-            info = self.store.info(segment)
-            last = self.store.get_attribute(segment, writer)
-        except StorageError as e:
-            self.fail(command, e)
-            return
-        if info.segment_type & SEGMENT_TYPE_TABLE:
-            # Only the table layer writes a table segment's entry log.
-            self.reply(OperationUnsupported(command.request_id, "appending to a table segment", ""))
-            return
-        self.writers[writer] = WriterState(segment, last, self._drain)
-        self.send(encode(AppendSetup(command.request_id, segment, writer, last)))
-
-    def on_append(self, append: Append) -> None:
-        state = self.writers.get(append.writer_id)
-        if state is None or state.segment != append.segment:
-            raise RemoteProtocolError(f"data for writer {append.writer_id} with no append session")
-        if append.event_number > state.last_stored:
-            state.last_stored = append.event_number
-        future = self.store.append(
-            append.segment,
-            append.data,
-            writer_id=append.writer_id,
-            event_number=append.event_number,
-            event_count=append.event_count,
-            expected_offset=append.expected_offset,
-        )
-        self._inflight_bytes += len(append.data)
-        if self._inflight_bytes > self._inflight_limit and not self._paused_appends:
-            self._paused_appends = True
-            self._update_reading()
-        state.queue.append((future, append, time.perf_counter()))
-        future.add_done_callback(state.drain)
-
-    def _drain(self, state: WriterState, _: object = None) -> None:
-        """Handle the writer's finished appends from the head of its queue, in order."""
-        queue = state.queue
-        while queue and queue[0][0].done():
-            future, append, started = queue.popleft()
-            self._inflight_bytes -= len(append.data)
-            if not future.cancelled():
-                exc = future.exception()
-                if exc is None:
-                    self.appended(state, append, future.result(), started)
-                else:
-                    self.append_failed(state, append, exc)
-        if self._paused_appends and self._inflight_bytes <= self._inflight_limit // 2:
-            self._paused_appends = False
-            self._process()
-
-    def appended(
-        self, state: WriterState, append: Append, result: AppendResult, started: float
-    ) -> None:
-        m = self.metrics
-        if result.duplicate:
-            m.duplicate_appends += 1
-        else:
-            m.appends += 1
-            m.events += append.event_count
-            m.append_bytes += len(append.data)
-        m.append_latency.observe(time.perf_counter() - started)
-        number = append.event_number
-        if number > state.last_acked and not state.failed:
-            previous, state.last_acked = state.last_acked, number
-            self.send(
-                encode(
-                    DataAppended(
-                        append.writer_id, number, previous, append.request_id, result.new_length
-                    )
-                )
-            )
-
-    def append_failed(self, state: WriterState, append: Append, exc: BaseException) -> None:
-        writer, rid, number = append.writer_id, append.request_id, append.event_number
-        if state.failed:
-            return  # only the earliest failure of a session is reported
-        if isinstance(exc, BadOffset):
-            # The writer stays set up; later appends are judged on what is durable.
-            self.metrics.errors["ConditionalCheckFailed"] += 1
-            self.send(encode(ConditionalCheckFailed(writer, number, rid)))
-            return
-        state.failed = True
-        if self.writers.get(writer) is state:
-            del self.writers[writer]
-            self.assembler.forget(writer)
-        if isinstance(exc, SegmentSealed):
-            self.reply(SegmentIsSealed(rid, append.segment, "", number))
-        elif isinstance(exc, SegmentNotFound):
-            self.reply(NoSuchSegment(rid, append.segment, "", -1))
-        elif isinstance(exc, BadAttributeUpdate):
-            self.reply(InvalidEventNumber(writer, rid, "", number))
-            self.close()
-        elif isinstance(exc, StorageError) and not exc.retriable:
-            self.reply(ErrorMessage(rid, append.segment, str(exc), 0))
-        else:
-            # I/O trouble: the client reconnects, learns what is durable from AppendSetup
-            # and resends the rest, which is exactly the recovery a transient failure needs.
-            log.warning("append to %s failed (%s); closing %s", append.segment, exc, self.peer)
-            self.close()
-
-    def _update_reading(self) -> None:
-        if self.transport is None or self.closed:
-            return
-        if self._paused_appends or self._paused_writes or self._backlog:
-            if self.transport.is_reading():
-                self.transport.pause_reading()
-        elif not self.transport.is_reading():
-            self.transport.resume_reading()
-
-    @property
-    def inflight_bytes(self) -> int:
-        return self._inflight_bytes
-
-    # --- reads (reference section 8) ----------------------------------------------------
-
-    def read_now(self, command: ReadSegment) -> None:
-        """Answer from memory without a task when possible; else park the read in a task."""
-        size = min(MAX_READ_BYTES, max(8, command.suggested_length))
-        try:
-            result = self.store.try_read(command.segment, command.offset, size)
-        except InvalidOffset as e:
-            # Past the end: a future read if the segment can still grow (reference 8.1).
-            try:
-                sealed = self.store.info(command.segment).sealed
-            except StorageError as gone:
-                self.fail(command, gone)
-                return
-            if sealed:
-                self.fail(command, e)
-            else:
-                self.spawn(self.read_segment(command))
-            return
-        except StorageError as e:
-            self.fail(command, e)
-            return
-        if result is None or (not result.data and result.at_tail):
-            self.spawn(self.read_segment(command))
-        else:
-            self.send_read(command, result)
-
-    def send_read(self, command: ReadSegment, result: ReadResult) -> None:
-        data = result.data
-        self.metrics.reads += 1
-        self.metrics.read_bytes += len(data)
-        args = (command.segment, command.offset, result.at_tail, result.end_of_segment, data)
-        if len(data) >= _ZERO_COPY_READ_BYTES:
-            self.send(*segment_read_parts(*args, command.request_id))
-        else:
-            self.send(encode(SegmentRead(*args, command.request_id)))
-
-    async def read_segment(self, command: ReadSegment) -> None:
-        """A read that needs the disk, or waits at (or past) the tail of an open segment."""
-        segment, offset, rid = command.segment, command.offset, command.request_id
-        size = min(MAX_READ_BYTES, max(8, command.suggested_length))
-        store = self.store
-        try:
-            info = store.info(segment)
-            if offset >= info.length and not info.sealed:
-                await store.wait_for_data(segment, offset, self.ctx.tail_read_timeout)
-                try:
-                    info = store.info(segment)
-                except SegmentNotFound:
-                    # Deleted while the read was parked: an empty tail read, as Java does.
-                    self.reply(SegmentRead(segment, offset, True, False, b"", rid))
-                    return
-                if offset >= info.length:
-                    if info.sealed and offset == info.length:
-                        self.reply(SegmentIsSealed(rid, segment, "", offset))
-                    elif info.sealed:
-                        self.fail(
-                            command, InvalidOffset(segment, f"read at {offset} beyond the end")
-                        )
-                    else:  # nothing arrived in time: an empty read at the tail
-                        self.reply(SegmentRead(segment, offset, True, False, b"", rid))
-                    return
-            result = await store.read(segment, offset, size)
-        except StorageError as e:
-            self.fail(command, e)
-            return
-        self.send_read(command, result)
 
     # --- transient segments -------------------------------------------------------------
 
@@ -504,6 +459,12 @@ class Connection(asyncio.Protocol):
             f"{command.parent_segment}#transient."
             f"{w >> 64:016x}{w & 0xFFFFFFFFFFFFFFFF:016x}.{secrets.token_hex(16)}"
         )
+        problem = name_problem(name)
+        if problem is not None:
+            why = f"invalid transient segment name: {problem}"
+            rid = command.request_id
+            self.reply(ErrorMessage(rid, shown(command.parent_segment), why, ILLEGAL_ARGUMENT))
+            return
         try:
             self.store.info(command.parent_segment)
             await self.store.create_segment(

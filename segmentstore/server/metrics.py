@@ -60,6 +60,9 @@ class Metrics:
         self.connections = 0
         self.connections_total = 0
         self.protocol_errors = 0
+        # Resource budgets (issue 13): refusals at the cap, closes by timeout kind.
+        self.connections_refused = 0
+        self.timeouts: Counter[str] = Counter()
         self.recovery_seconds = 0.0
         self.errors: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
@@ -95,6 +98,7 @@ class _Collector:
             ("read", m.read_bytes, "Bytes returned by ReadSegment"),
             ("connections", m.connections_total, "Connections accepted"),
             ("protocol_errors", m.protocol_errors, "Connections closed for protocol errors"),
+            ("connections_refused", m.connections_refused, "Connections refused at the cap"),
         ):
             unit = "_bytes" if name in ("appended", "read") else ""
             yield CounterMetricFamily(p + name + unit, doc, value=value)
@@ -102,6 +106,12 @@ class _Collector:
         for reply, n in sorted(m.errors.items()):
             errors.add_metric([reply], n)
         yield errors
+        timeouts = CounterMetricFamily(
+            p + "connection_timeouts", "Connections closed by a timeout", labels=["kind"]
+        )
+        for kind, n in sorted(m.timeouts.items()):
+            timeouts.add_metric([kind], n)
+        yield timeouts
         reqs = CounterMetricFamily(p + "requests", "Requests received", labels=["command"])
         for command, n in sorted(m.requests.items()):
             reqs.add_metric([command], n)

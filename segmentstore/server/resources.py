@@ -1,5 +1,6 @@
-"""Process-level resource choices of the server: the read cache's default size and how
-freed memory is kept for reuse.
+"""Process-level resource choices of the server: the read cache's default size, how
+freed memory is kept for reuse (and handed back after an attack), and the connection cap
+derived from the file-descriptor limit.
 
 * The read cache is the only cache segment data has once chunk files bypass the page cache
   (O_DIRECT), so by default it gets 1/8 of the memory the process may use (the machine's,
@@ -11,7 +12,13 @@ freed memory is kept for reuse.
   a host fault too (a 64 KiB-append benchmark spent a third of its event-loop thread there).
   ``keep_freed_memory`` makes glibc serve allocations below 32 MiB from its heaps and trim
   only above 1 GiB of free heap, so freed memory is reused. Elsewhere (musl, macOS) it does
-  nothing.
+  nothing. ``release_freed_memory`` (``malloc_trim``) hands the free heap back once, after
+  a burst of buffered bytes (many hostile connections) is gone, so the resident size
+  returns near its baseline.
+* Connections, chunk files, log files and the metrics endpoint share the process's file
+  descriptors. At start-up the soft RLIMIT_NOFILE is raised to the hard limit (as servers
+  do), and the connection cap is that limit minus a reserve for storage, so hostile
+  connections cannot make chunk writes fail with "Too many open files".
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import resource
 from pathlib import Path
 
 log = logging.getLogger("segmentstore.server")
@@ -71,3 +79,41 @@ def keep_freed_memory() -> bool:
     mmap_ok: int = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     trim_ok: int = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     return mmap_ok == 1 and trim_ok == 1
+
+
+def release_freed_memory() -> bool:
+    """Return the free parts of glibc's heaps to the kernel (``malloc_trim(0)``)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return bool(trim(0))
+
+
+MIN_FD_RESERVE = 64
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, e)
+    return soft
+
+
+def connection_cap(fd_limit: int, asked: int, reserve: int) -> tuple[int, int]:
+    """(connection cap, fd reserve): ``asked`` (0 = as many as fit) bounded by the fds
+    left after the reserve for storage; the reserve is max(64, 1/8 of the limit) if 0."""
+    reserve = reserve or max(MIN_FD_RESERVE, fd_limit // 8)
+    fit = max(1, fd_limit - reserve)
+    return (fit if asked == 0 else min(asked, fit)), reserve

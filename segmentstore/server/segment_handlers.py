@@ -12,6 +12,7 @@ from collections import OrderedDict
 from segmentstore_client.protocol import (
     CreateSegment,
     DeleteSegment,
+    ErrorMessage,
     FlushToStorage,
     GetSegmentAttribute,
     GetStreamSegmentInfo,
@@ -56,6 +57,7 @@ from ..storage import (
     SegmentNotFound,
 )
 from .context import HandlerTable, ServerContext
+from .errors import ILLEGAL_ARGUMENT
 
 # Sources merged recently, so that a retried MergeSegments is answered as a success with
 # the target's length (reference 6.4) instead of NoSuchSegment. Bounded, newest kept.
@@ -151,6 +153,14 @@ async def merge_segments(ctx: ServerContext, cmd: MergeSegments) -> Reply:
         return refusal
     if not store.exists(cmd.source) and _MERGED.get(cmd.source) == cmd.target:
         return SegmentsMerged(cmd.request_id, cmd.target, cmd.source, store.info(cmd.target).length)
+    known = {t.value for t in AttributeUpdateType}
+    for wire_update in cmd.attribute_updates:
+        if wire_update.update_type not in known:
+            why = (
+                f"unknown attribute update type {wire_update.update_type}"
+                f" for attribute {wire_update.attribute_id}"
+            )
+            return ErrorMessage(cmd.request_id, cmd.source, why, ILLEGAL_ARGUMENT)
     updates = [
         AttributeUpdate(
             u.attribute_id, AttributeUpdateType(u.update_type), u.new_value, u.old_value

@@ -1,7 +1,12 @@
 """The segment store server: storage + tables + TCP listener + metrics, and a clean stop.
 
 ``run(config)`` opens the store (recovery), starts the listener and the metrics endpoint,
-logs one ``ready`` line with the addresses, and serves until SIGTERM/SIGINT. Stopping
+logs one ``ready`` line with the addresses, and serves until SIGTERM/SIGINT. The server
+owns the store-wide budgets every connection charges (``budget.py``), the connection cap
+derived from the fd limit, and a sweep that runs a few times a second: it enforces each
+connection's timeouts (no Hello, a frame stalled half-way, replies that never drain) and
+hands freed memory back after a burst. Time comes from ``self.clock`` (injectable).
+Stopping
 stops accepting, lets appends already received become durable (bounded wait), sends
 their acknowledgements, closes connections, and closes the store.
 """
@@ -12,31 +17,56 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from segmentstore_client.protocol import Command, OperationUnsupported, Reply
 
 from ..config import ServerConfig
-from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StoreConfig
+from ..storage import SEGMENT_TYPE_TRANSIENT, SegmentStore, StorageError, StoreConfig
 from ..tables import TableStore
+from .budget import Budget
 from .connection import Connection
 from .context import HandlerTable, ServerContext
+from .listing import LISTING_HANDLERS
 from .metrics import Metrics
-from .resources import default_read_cache_mb, keep_freed_memory, memory_limit_bytes
+from .resources import (
+    connection_cap,
+    default_read_cache_mb,
+    keep_freed_memory,
+    memory_limit_bytes,
+    raise_fd_limit,
+    release_freed_memory,
+)
 from .segment_handlers import SEGMENT_HANDLERS
 from .table_handlers import TABLE_HANDLERS
 
 log = logging.getLogger("segmentstore.server")
 
 SHUTDOWN_DRAIN_SECONDS = 10.0
+# Buffered bytes that must have come and gone before freed memory is handed back.
+TRIM_AFTER_BYTES = 64 * 1024 * 1024
 
 
 class Server:
-    def __init__(self, config: ServerConfig, ctx: ServerContext) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        ctx: ServerContext,
+        clock: Callable[[], float] = time.monotonic,
+        max_connections: int | None = None,
+    ) -> None:
         self.config = config
         self.ctx = ctx
-        self.handlers: HandlerTable = {**SEGMENT_HANDLERS, **TABLE_HANDLERS}
+        self.clock = clock
+        self.max_connections = max_connections or config.max_connections or 1024
+        loop = asyncio.get_running_loop()
+        self.input_budget = Budget("input", config.store_input_bytes, loop.call_soon)
+        self.output_budget = Budget("output", config.store_output_bytes, loop.call_soon)
+        self.inflight_budget = Budget("inflight", config.store_inflight_bytes, loop.call_soon)
+        self.disk_reads = asyncio.Semaphore(config.disk_read_concurrency)
+        self._sweeper: asyncio.Task[None] | None = None
+        self.handlers: HandlerTable = {**SEGMENT_HANDLERS, **TABLE_HANDLERS, **LISTING_HANDLERS}
         self.connections: set[Connection] = set()
         self.address: tuple[str, int] = (config.host, config.port)
         self.metrics_port: int | None = None
@@ -49,6 +79,20 @@ class Server:
     async def start(cls, config: ServerConfig) -> Server:
         metrics = Metrics()
         started = time.perf_counter()
+        fd_limit = raise_fd_limit()
+        cap, reserve = connection_cap(fd_limit, config.max_connections, config.fd_reserve)
+        log.info(
+            "open-file limit %d: up to %d connections, %d fds kept for storage and metrics",
+            fd_limit,
+            cap,
+            reserve,
+        )
+        if config.max_connections > cap:
+            log.warning(
+                "max_connections %d does not fit the open-file limit; using %d",
+                config.max_connections,
+                cap,
+            )
         cache_mb = config.read_cache_mb or default_read_cache_mb(memory_limit_bytes())
         log.info(
             "read cache %d MiB%s; freed memory kept for reuse: %s",
@@ -56,44 +100,104 @@ class Server:
             "" if config.read_cache_mb else " (1/8 of the memory available)",
             "yes" if keep_freed_memory() else "no (not glibc)",
         )
-        store = await SegmentStore.open(
-            StoreConfig(
-                data_dir=config.data_dir,
-                fsync=config.fsync,  # type: ignore[arg-type]
-                fsync_interval_s=config.fsync_interval_ms / 1000,
-                container_count=config.containers,
-                read_cache_bytes=cache_mb * 1024 * 1024,
-                direct_io=config.direct_io == "on",
+        try:
+            store = await SegmentStore.open(
+                StoreConfig(
+                    data_dir=config.data_dir,
+                    fsync=config.fsync,  # type: ignore[arg-type]
+                    fsync_interval_s=config.fsync_interval_ms / 1000,
+                    container_count=config.containers,
+                    read_cache_bytes=cache_mb * 1024 * 1024,
+                    direct_io=config.direct_io == "on",
+                )
             )
-        )
+        except StorageError:
+            raise  # a refusal to open damaged data: cli.py prints it and exits EXIT_STORAGE
+        except OSError as e:
+            raise StartupError(f"cannot open the data dir {config.data_dir}: {_why(e)}") from e
         tables = await TableStore.open(store)
         await _drop_orphaned_transients(store)
         metrics.recovery_seconds = time.perf_counter() - started
         store.on_commit = metrics.on_commit
         metrics.store_stats = store.stats
         ctx = ServerContext(store, tables, metrics, tail_read_timeout=config.tail_read_timeout_s)
-        server = cls(config, ctx)
-        await server._listen()
+        server = cls(config, ctx, max_connections=cap)
+        try:
+            await server._listen()
+        except BaseException:
+            await tables.close()
+            await store.close()
+            raise
+        server.start_sweeper()
         return server
 
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(
-            self._new_connection, self.config.host, self.config.port, backlog=1024
-        )
+        c = self.config
+        try:
+            self._listener = await loop.create_server(
+                self._new_connection, c.host, c.port, backlog=1024
+            )
+        except OSError as e:
+            raise StartupError(f"cannot listen on {c.host}:{c.port}: {_why(e)}") from e
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
-        if self.config.http_port >= 0:
+        if c.http_port >= 0:
             from ..relay import start_http  # /metrics and the Databus relay, on this loop
 
-            self._metrics_server = await start_http(self.ctx, self.config)
+            try:
+                self._metrics_server = await start_http(self.ctx, c)
+            except OSError as e:
+                self._listener.close()
+                why = _why(e)
+                raise StartupError(
+                    f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
+                ) from e
             self.metrics_port = self._metrics_server.port
 
     def _new_connection(self) -> asyncio.Protocol:
-        if len(self.connections) >= self.config.max_connections:
-            log.warning("connection limit %d reached; refusing", self.config.max_connections)
+        if len(self.connections) >= self.max_connections:
+            self.ctx.metrics.connections_refused += 1
+            if (
+                self.ctx.metrics.connections_refused & (self.ctx.metrics.connections_refused - 1)
+                == 0
+            ):
+                log.warning("connection limit %d reached; refusing", self.max_connections)
             return _Refuse()
         return Connection(self)
+
+    # --- budgets and timeouts -------------------------------------------------------------
+
+    def sweep_interval(self) -> float:
+        c = self.config
+        shortest = min(c.hello_timeout_s, c.frame_timeout_s, c.write_stall_timeout_s)
+        return min(1.0, max(0.02, shortest / 8))
+
+    def start_sweeper(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        interval = self.sweep_interval()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.sweep()
+            except Exception:  # the sweep must outlive any one bad connection
+                log.exception("connection sweep failed")
+
+    def sweep(self) -> None:
+        """Enforce every connection's timeouts; hand freed memory back after a burst."""
+        now = self.clock()
+        for conn in list(self.connections):
+            conn.check_timeouts(now)
+        budgets = (self.input_budget, self.output_budget, self.inflight_budget)
+        held = sum(b.used for b in budgets)
+        if sum(b.peak for b in budgets) >= TRIM_AFTER_BYTES and held < TRIM_AFTER_BYTES // 4:
+            peaks = ", ".join(f"{b.name} {b.peak >> 20} MiB" for b in budgets)
+            for budget in budgets:
+                budget.peak = budget.used
+            released = release_freed_memory()
+            log.info("buffered bytes peaked at %s; freed memory handed back: %s", peaks, released)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -124,6 +228,8 @@ class Server:
         log.info("stopping: no new connections; draining %d connections", len(self.connections))
         if self._listener is not None:
             self._listener.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._metrics_server is not None:
             await self._metrics_server.close()
         for conn in list(self.connections):
@@ -163,6 +269,16 @@ class _Refuse(asyncio.Protocol):
 
 async def unsupported(ctx: ServerContext, cmd: Command) -> Reply:
     return OperationUnsupported(getattr(cmd, "request_id", -1), type(cmd).__name__, "")
+
+
+class StartupError(Exception):
+    """The server cannot start (busy port, unusable data dir): one line, exit code 2."""
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror.lower() + (f" ({e.filename})" if e.filename else "")
+    return str(e)
 
 
 async def run(config: ServerConfig) -> None:

@@ -26,6 +26,7 @@ from .api import (
     FsyncMode,
     InvalidOffset,
     ReadResult,
+    SegmentDamaged,
     SegmentExists,
     SegmentInfo,
     SegmentNotFound,
@@ -35,6 +36,7 @@ from .api import (
     StorageUnavailable,
     StoreConfig,
     StoreCorrupted,
+    StoreOverloaded,
     core_attribute,
 )
 from .store import SegmentStore
@@ -61,6 +63,7 @@ __all__ = [
     "FsyncMode",
     "InvalidOffset",
     "ReadResult",
+    "SegmentDamaged",
     "SegmentExists",
     "SegmentInfo",
     "SegmentNotFound",
@@ -71,5 +74,6 @@ __all__ = [
     "StorageUnavailable",
     "StoreConfig",
     "StoreCorrupted",
+    "StoreOverloaded",
     "core_attribute",
 ]

@@ -106,6 +106,9 @@ class StoreConfig:
     # or every flush_interval_s, whichever comes first.
     flush_bytes: int = 16 * 1024 * 1024
     flush_interval_s: float = 1.0
+    # Store-wide bound on payload bytes accepted but not yet durable (pending.py): an append
+    # or merge past it fails at once with the retriable StoreOverloaded.
+    max_pending_bytes: int = 256 * 1024 * 1024
     # Write and read chunk files with O_DIRECT where the filesystem supports it (chunks.py):
     # segment data then bypasses the page cache, which the read cache stands in for.
     direct_io: bool = True
@@ -209,13 +212,26 @@ class StorageUnavailable(StorageError):
     retriable = True
 
 
+class StoreOverloaded(StorageUnavailable):
+    """``StoreConfig.max_pending_bytes`` of appends are accepted and not yet durable, across
+    the whole store: nothing was applied; retry once earlier appends complete (or
+    ``await SegmentStore.wait_for_room()`` first)."""
+
+
 class AppendTooLarge(StorageError):
     """An append's payload exceeds ``StoreConfig.max_append_bytes``."""
+
+
+class SegmentDamaged(StorageError):
+    """The segment's data at rest is damaged: a chunk file is missing, short or fails its
+    checksum. Its reads (and appends) fail with this until the file is restored from a
+    backup or the segment is deleted; other segments are unaffected. Not retriable."""
 
 
 class StoreCorrupted(StorageError):
     """Opening found damage that recovery must not paper over (e.g. a bad checkpoint).
 
-    ``segment`` holds the path of the damaged file. A torn or corrupt log *tail* is not
-    this error: recovery cuts it and logs what it cut.
+    ``segment`` holds the path of the damaged file; the message names the command that
+    repairs it. A torn log *tail* (an incomplete last write) is not this error: recovery
+    cuts it and logs what it cut.
     """

@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from segmentstore_client.protocol.names import decode_name, encode_name
+
 from .api import StoreCorrupted
 from .crc import crc32c
 from .records import decode_attrs, encode_attrs
@@ -54,7 +56,7 @@ def encode(ckpt: Checkpoint) -> bytes:
     parts = [_HEAD.pack(MAGIC, ckpt.seq, ckpt.next_segment_id, len(ckpt.segments))]
     pack = _ENTRY.pack
     for s in ckpt.segments:
-        name = s.name.encode()
+        name = encode_name(s.name)
         flags = _SEALED if s.sealed else 0
         parts.append(
             pack(
@@ -88,7 +90,7 @@ def decode(data: bytes, origin: str) -> Checkpoint:
     for _ in range(count):
         seg_id, stype, flags, length, start, modified, name_len = _ENTRY.unpack_from(body, pos)
         pos += _ENTRY.size
-        name = body[pos : pos + name_len].decode()
+        name = decode_name(body[pos : pos + name_len])
         pos += name_len
         attrs, pos = decode_attrs(body, pos)
         segments.append(

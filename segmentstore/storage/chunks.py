@@ -18,6 +18,12 @@
 # by the caller or read back from the file) and its last block is padded with zeros, which
 # the next write overwrites. So a chunk file may be longer than the data it holds; lengths
 # come from the checkpoint and the log, never from file sizes (recovery cuts files to them).
+#
+# Integrity. Every write also rewrites the per-4 KiB-block checksums of the blocks it touched,
+# kept after the data in the same file (chunk_sums.py), and every read from disk reads whole blocks and
+# verifies them before returning a byte: a missing or short file, or a block failing its
+# checksum, raises ``ChunkDamaged`` naming the file. A write that starts inside a block
+# verifies the head it reads back first, so damage is never re-summed into "good" data.
 from __future__ import annotations
 
 import errno
@@ -28,6 +34,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from . import chunk_sums as sums
+from .chunk_sums import ChunkDamaged
 from .wal import FaultHook, fsync_dir
 
 log = logging.getLogger("segmentstore.storage")
@@ -108,39 +116,39 @@ class ChunkStore:
             return self._write_direct(seg_id, offset, pieces)
         touched: set[ChunkId] = set()
         cb = self.chunk_bytes
-        fd = -1
-        k_open = -1
+        data = b"".join(pieces) if len(pieces) != 1 else bytes(pieces[0])
+        done = 0
         pos = offset
-        try:
-            for piece in pieces:
-                view = memoryview(piece)
-                done = 0
-                while done < len(view):
-                    k = pos // cb
-                    in_file = pos - k * cb
-                    n = min(len(view) - done, cb - in_file)
-                    if k != k_open:
-                        if fd >= 0:
-                            os.close(fd)
-                            fd = -1
-                        self._hook("chunk.write")
-                        fd = os.open(self.path(seg_id, k), os.O_WRONLY | os.O_CREAT, 0o644)
-                        k_open = k
-                        touched.add((seg_id, k))
-                    written = os.pwrite(fd, view[done : done + n], in_file)
-                    done += written
-                    pos += written
-        finally:
-            if fd >= 0:
+        while done < len(data):
+            k = pos // cb
+            in_file = pos - k * cb
+            n = min(len(data) - done, cb - in_file)
+            self._hook("chunk.write")
+            path = self.path(seg_id, k)
+            touched.add((seg_id, k))
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                lo = in_file - in_file % sums.BLOCK
+                head = os.pread(fd, in_file - lo, lo) if lo < in_file else b""
+                if head:
+                    sums.check(path, cb, lo // sums.BLOCK, head, in_file - lo)
+                sums.pwrite_all(fd, memoryview(data)[done : done + n], in_file)
+            finally:
                 os.close(fd)
+            block = head + data[done : done + n]
+            entries = sums.block_entries(block, 0, len(block))
+            sums.write_entries(path, cb, lo // sums.BLOCK, entries)
+            done += n
+            pos += n
         return touched
 
     def _write_direct(
         self, seg_id: int, offset: int, pieces: Sequence[bytes | bytearray | memoryview]
     ) -> set[ChunkId]:
         cb = self.chunk_bytes
-        stage = memoryview(self._staging())
-        w = _DirectWriter(self, seg_id)
+        stage_mm = self._staging()
+        stage = memoryview(stage_mm)
+        w = _DirectWriter(self, seg_id, stage_mm)
         # The staging buffer holds bytes [base, base + filled) of the segment; base is aligned.
         base = offset - offset % ALIGN
         filled = 0
@@ -149,11 +157,13 @@ class ChunkStore:
                 k = base // cb
                 got = os.preadv(w.fd_for(k), [stage[:ALIGN]], base - k * cb)
                 if got < offset - base:
-                    raise OSError(
-                        errno.EIO,
-                        f"chunk file {self.path(seg_id, k)} lacks bytes [{base + got}, {offset})",
+                    raise ChunkDamaged(
+                        self.path(seg_id, k), f"lacks segment bytes [{base + got}, {offset})"
                     )
                 filled = offset - base
+                sums.check(
+                    self.path(seg_id, k), cb, (base - k * cb) // ALIGN, stage_mm[:filled], filled
+                )
             for piece in pieces:
                 view = memoryview(piece).cast("B")
                 done = 0
@@ -166,13 +176,13 @@ class ChunkStore:
                     filled += n
                     done += n
                     if filled == cap:
-                        w.write(stage[:filled], base)
+                        w.write(stage[:filled], base, filled)
                         base += filled
                         filled = 0
             if filled:
                 padded = -(-filled // ALIGN) * ALIGN
                 stage[filled:padded] = bytes(padded - filled)
-                w.write(stage[:padded], base)
+                w.write(stage[:padded], base, filled)
         finally:
             w.close()
         return w.touched
@@ -180,7 +190,7 @@ class ChunkStore:
     # ------------------------------------------------------------------ reads
 
     def read(self, seg_id: int, offset: int, end: int) -> bytes:
-        """Bytes ``[offset, end)`` of the segment (short only if a file is short)."""
+        """Bytes ``[offset, end)`` of the segment, verified; ChunkDamaged if they cannot be."""
         self._hook("chunk.read")
         parts = []
         cb = self.chunk_bytes
@@ -189,33 +199,39 @@ class ChunkStore:
             k = pos // cb
             in_file = pos - k * cb
             n = min(end - pos, cb - in_file)
-            if self.direct:
-                piece = self._read_direct(self.path(seg_id, k), in_file, n)
-            else:
-                fd = os.open(self.path(seg_id, k), os.O_RDONLY)
-                try:
-                    piece = os.pread(fd, n, in_file)
-                finally:
-                    os.close(fd)
-            parts.append(piece)
-            pos += len(piece)
-            if len(piece) < n:
-                break
+            path = self.path(seg_id, k)
+            lo = in_file - in_file % sums.BLOCK
+            # Whole blocks: a block's checksum covers all of its bytes, not just those wanted.
+            span = -(-(in_file + n - lo) // sums.BLOCK) * sums.BLOCK
+            try:
+                if self.direct:
+                    blocks = self._read_direct(path, lo, span)
+                else:
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        blocks = os.pread(fd, span, lo)
+                    finally:
+                        os.close(fd)
+            except FileNotFoundError:
+                raise ChunkDamaged(path, "is missing") from None
+            sums.check(path, cb, lo // sums.BLOCK, blocks, in_file + n - lo)
+            parts.append(blocks[in_file - lo : in_file - lo + n])
+            pos += n
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _read_direct(self, path: Path, pos: int, n: int) -> bytes:
-        stage = memoryview(self._staging())
+        """Up to ``n`` bytes from ``pos`` (block-aligned) of ``path``, short at its end."""
+        stage = self._staging()
         parts: list[bytes] = []
         fd = os.open(path, os.O_RDONLY | _O_DIRECT)
         try:
             while n > 0:
-                skip = pos % ALIGN
-                want = min(_STAGING, -(-(skip + n) // ALIGN) * ALIGN)
-                got = os.preadv(fd, [stage[:want]], pos - skip)
-                take = min(got - skip, n)
+                want = min(_STAGING, -(-n // ALIGN) * ALIGN)
+                got = os.preadv(fd, [memoryview(stage)[:want]], pos)
+                take = min(got, n)
                 if take <= 0:
                     break
-                parts.append(bytes(stage[skip : skip + take]))
+                parts.append(stage[:take])
                 pos += take
                 n -= take
                 if got < want:
@@ -246,18 +262,47 @@ class ChunkStore:
         for k in range(first_k, last_k + 1):
             self.path(seg_id, k).unlink(missing_ok=True)
 
+    def verify(self, seg_id: int, start: int, end: int, read: bool = True) -> list[tuple[int, str]]:
+        """Problems of the chunk files holding bytes ``[start, end)``: (chunk, what).
+
+        Sizes only unless ``read``: then every block is read and checked against its sum."""
+        out: list[tuple[int, str]] = []
+        first, last = self.chunk_range(start, end)
+        cb = self.chunk_bytes
+        for k in range(first, last + 1):
+            path = self.path(seg_id, k)
+            want = min(end - k * cb, cb)
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                out.append((k, f"chunk file {path.name} is missing"))
+                continue
+            # The file holds data, then the checksums of its blocks: both must be there.
+            need = sums.trailer_end(cb, want)
+            if size < need:
+                out.append((k, f"chunk file {path.name} holds {size} bytes, needs {need}"))
+                continue
+            if not read:
+                continue
+            lo = max(start, k * cb)
+            try:
+                self.read(seg_id, lo, min(end, (k + 1) * cb))
+            except ChunkDamaged as exc:
+                out.append((k, str(exc)))
+        return out
+
     def list_files(self) -> dict[int, list[int]]:
-        """Every chunk file on disk: segment id -> chunk numbers."""
-        found: dict[int, list[int]] = {}
+        """Every chunk file (or checksum file) on disk: segment id -> chunk numbers."""
+        found: dict[int, set[int]] = {}
         for name in os.listdir(self.dir):
-            seg_hex, _, k_hex = name.partition(".")
+            seg_hex, _, k_hex = name.removesuffix(".crc").partition(".")
             try:
                 seg_id = int(seg_hex, 16)
                 k = int(k_hex, 16)
             except ValueError:
                 continue
-            found.setdefault(seg_id, []).append(k)
-        return found
+            found.setdefault(seg_id, set()).add(k)
+        return {seg_id: sorted(ks) for seg_id, ks in found.items()}
 
     def chunk_range(self, start: int, end: int) -> tuple[int, int]:
         """Chunk numbers holding bytes ``[start, end)``; empty (first > last) if none."""
@@ -270,9 +315,10 @@ class ChunkStore:
 class _DirectWriter:
     """The open chunk file of one direct write, and the chunks it touched."""
 
-    def __init__(self, store: ChunkStore, seg_id: int) -> None:
+    def __init__(self, store: ChunkStore, seg_id: int, stage: mmap.mmap) -> None:
         self.store = store
         self.seg_id = seg_id
+        self.stage = stage  # what ``write``'s views look into (sliced to bytes for the CRC)
         self.fd = -1
         self.k = -1
         self.touched: set[ChunkId] = set()
@@ -288,18 +334,22 @@ class _DirectWriter:
             self.touched.add((self.seg_id, k))
         return self.fd
 
-    def write(self, view: memoryview, seg_pos: int) -> None:
-        """Write ``view`` (whole blocks) at segment offset ``seg_pos`` (aligned, one chunk)."""
+    def write(self, view: memoryview, seg_pos: int, valid: int) -> None:
+        """Write ``view`` (whole blocks, the start of the staging buffer; its first ``valid``
+        bytes are data) at segment offset ``seg_pos`` (aligned, one chunk), then its sums."""
         cb = self.store.chunk_bytes
         k = seg_pos // cb
         fd = self.fd_for(k)
         pos = seg_pos - k * cb
+        entries = sums.block_entries(self.stage, 0, valid)
         while view:
             n = os.pwritev(fd, [view], pos)
             if n <= 0 or n % ALIGN:
                 raise OSError(errno.EIO, f"short direct write ({n} of {len(view)} bytes)")
             view = view[n:]
             pos += n
+        path = self.store.path(self.seg_id, k)
+        sums.write_entries(path, cb, (seg_pos - k * cb) // ALIGN, entries)
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -17,25 +17,18 @@
 # * The storage writer (``_flush``) copies committed data from the read cache into chunk
 #   files off the loop; the checkpointer snapshots metadata at a durable sequence number S,
 #   flushes and fsyncs the chunk files, writes the checkpoint, and only then deletes log
-#   files holding nothing after S and chunk files made garbage by records up to S.
-from __future__ import annotations
+#   files holding nothing after S and chunk files made garbage by records up to S.from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from . import checkpoint as ckpt_mod
 from . import records as R
 from .api import (
     ATTRIBUTE_SEGMENT_TYPE,
-    EVENT_COUNT,
-    NULL_ATTRIBUTE_VALUE,
     SEGMENT_TYPE_TRANSIENT,
     AppendResult,
     AppendTooLarge,
@@ -45,6 +38,7 @@ from .api import (
     BadOffset,
     InvalidOffset,
     ReadResult,
+    SegmentDamaged,
     SegmentExists,
     SegmentInfo,
     SegmentNotFound,
@@ -52,110 +46,42 @@ from .api import (
     SegmentTruncated,
     StorageError,
     StorageUnavailable,
-    StoreConfig,
+    StoreOverloaded,
 )
-from .chunks import ALIGN, ChunkId, ChunkStore
-from .crc import crc32c, crc32c_extend
+from .chunk_sums import ChunkDamaged
+from .commit import CommitLoop
+from .container_state import (
+    _APPEND_HEAD_PACK,
+    _CRC_PACK,
+    _EC,
+    _I64_MAX,
+    _I64_MIN,
+    _MAX_DISK_READ,
+    _NULL,
+    _U32_MAX,
+    _WRITEV_MIN,
+    _crc,
+    _crc_extend,
+    _set_result,
+)
 from .metadata import SegmentMeta
-from .read_cache import FREEZE, OWN_BLOCK, ReadCache
+from .operations import (
+    Create,
+    Delete,
+    Duplicate,
+    Merge,
+    Operation,
+    Seal,
+    Truncate,
+    UpdateAttributes,
+)
 from .recovery import recover
-from .wal import FaultHook, WalWriter
+from .wal import FaultHook
 
 log = logging.getLogger("segmentstore.storage")
 
-# Kinds of queued operations (first element of each op tuple).
-K_APPEND = 0
-K_DUP = 1
-K_CREATE = 2
-K_SEAL = 3
-K_TRUNCATE = 4
-K_DELETE = 5
-K_MERGE = 6
-K_ATTRS = 7
 
-_EC = EVENT_COUNT.int
-_NULL = NULL_ATTRIBUTE_VALUE
-_I64_MIN = -(2**63)
-_I64_MAX = 2**63 - 1
-_U32_MAX = 2**32 - 1
-_MAX_DISK_READ = 8 * 1024 * 1024  # a read served from chunk files returns at most this much
-
-CommitHook = Callable[[int, float], None]
-
-# Bound once: the append path runs these for every record.
-_APPEND_HEAD_PACK = R.APPEND_HEAD.pack
-_CRC_PACK = R.CRC.pack
-_crc = crc32c
-_crc_extend = crc32c_extend
-_WRITEV_MIN = 16 * 1024  # payloads this big go to the log by writev, not copied into a buffer
-
-
-def _set_result(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-class SegmentContainer:
-    def __init__(self, index: int, directory: Path, config: StoreConfig, budget: int) -> None:
-        self.index = index
-        self.dir = directory
-        self.config = config
-        self.label = f"container {index}"
-        self._loop = asyncio.get_running_loop()
-        self._log_exec = ThreadPoolExecutor(1, thread_name_prefix=f"ss-log-{index}")
-        self._io_exec = ThreadPoolExecutor(2, thread_name_prefix=f"ss-io-{index}")
-        self._wal = WalWriter(
-            directory / "log", config.fsync, config.fsync_interval_s, config.log_file_bytes
-        )
-        self._chunks = ChunkStore(directory / "chunks", config.chunk_file_bytes, config.direct_io)
-        self._cache = ReadCache(budget)
-        self._max_append = config.max_append_bytes
-        self._max_unflushed = max(4 * config.flush_bytes, budget)
-        self.on_commit: CommitHook | None = None
-
-        self._segments: dict[str, SegmentMeta] = {}
-        self._next_seq = 1
-        self._committed_seq = 0
-        self._next_segment_id = 1
-        # Records not yet handed to the log thread: ``_parts`` (finished pieces, including big
-        # payloads kept as the caller's bytes so they are never copied) then ``_buf``.
-        self._parts: list[bytes | bytearray] = []
-        self._buf = bytearray()
-        self._batch_first_seq = 1
-        self._ops: list[tuple[Any, ...]] = []
-        self._wake: asyncio.Future[None] | None = None
-        self._closing = False
-        self._closed = False
-
-        # Storage writer and checkpoint state.
-        self._dirty: set[SegmentMeta] = set()
-        self._unflushed = 0
-        self._dirty_chunks: set[ChunkId] = set()
-        self._pending_deletes: list[tuple[int, int, int, int]] = []
-        self._flush_lock = asyncio.Lock()
-        self._flush_wake: asyncio.Future[None] | None = None
-        self._log_index_at_commit = 0
-        self._log_bytes_at_commit = 0
-        self._log_bytes_at_ckpt = 0
-
-        self.stats: dict[str, float] = {
-            "appends": 0,
-            "append_bytes": 0,
-            "duplicates": 0,
-            "batches": 0,
-            "last_batch_records": 0,
-            "last_fsync_seconds": 0.0,
-            "failed_batches": 0,
-            "flushes": 0,
-            "flushed_bytes": 0,
-            "checkpoints": 0,
-            "last_checkpoint_seconds": 0.0,
-            "recovered_records": 0,
-            "recovered_log_bytes": 0,
-        }
-        self._tasks: list[asyncio.Task[None]] = []
-        self._spare_job: asyncio.Future[None] | None = None
-
+class SegmentContainer(CommitLoop):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> float:
@@ -163,7 +89,7 @@ class SegmentContainer:
         t0 = time.perf_counter()
         try:
             rec = await self._loop.run_in_executor(
-                self._io_exec, recover, self.dir, self._chunks, self.label
+                self._io_exec, recover, self.dir, self._chunks, self.label, self.config.fsync
             )
         except BaseException:
             self._log_exec.shutdown()
@@ -298,17 +224,11 @@ class SegmentContainer:
 
     # ------------------------------------------------------------------ the queue
 
-    def _kick(self) -> None:
-        wake = self._wake
-        if wake is not None:
-            self._wake = None
-            if not wake.done():
-                wake.set_result(None)
-
-    def _enqueue(self, rtype: int, body: bytes, op: tuple[Any, ...]) -> None:
-        seq = self._next_seq
+    def _enqueue(self, op: Operation) -> None:
+        """Give ``op`` the next sequence number and queue its record for the commit loop."""
+        seq = op.seq = self._next_seq
         self._next_seq = seq + 1
-        self._buf += R.encode(seq, rtype, body)
+        self._buf += R.encode(seq, op.RTYPE, op.body())
         self._ops.append(op)
         self._kick()
 
@@ -329,6 +249,9 @@ class SegmentContainer:
         if seg.p_sealed:
             fut.set_exception(SegmentSealed(name))
             return fut
+        if seg.damaged is not None:
+            fut.set_exception(SegmentDamaged(name, seg.damaged))
+            return fut
         if self._closing:
             fut.set_exception(StorageUnavailable(name, "the store is closing"))
             return fut
@@ -343,7 +266,7 @@ class SegmentContainer:
                 self.stats["duplicates"] += 1
                 if seg.inflight:
                     # The original may still be on its way to disk: answer after it.
-                    self._ops.append((K_DUP, seg, fut))
+                    self._ops.append(Duplicate(seg, fut))
                     self._kick()
                 else:
                     fut.set_result(AppendResult(seg.length, True))
@@ -351,6 +274,11 @@ class SegmentContainer:
         offset = seg.p_length
         if expected_offset is not None and expected_offset != offset:
             fut.set_exception(BadOffset(name, expected_offset, offset))
+            return fut
+        if n and not self._pending_bytes.try_take(n):
+            fut.set_exception(
+                StoreOverloaded(name, f"{self._pending_bytes.used} bytes wait for the disk")
+            )
             return fut
         if type(data) is not bytes:
             data = bytes(data)  # the caller may reuse its buffer once we return
@@ -371,6 +299,7 @@ class SegmentContainer:
                     event_number,
                 )
         except Exception as exc:  # struct.error: a count or number out of its range
+            self._pending_bytes.release(n)
             fut.set_exception(InvalidOffset(name, f"bad event number or count: {exc}"))
             return fut
         self._next_seq = seq + 1
@@ -388,7 +317,7 @@ class SegmentContainer:
         seg.p_ec += event_count
         seg.p_length = offset + n
         seg.inflight += 1
-        self._ops.append((K_APPEND, seg, data, offset + n, fut, wid, event_number, event_count))
+        self._ops.append((seg, data, offset + n, fut, wid, event_number, event_count))
         wake = self._wake
         if wake is not None:
             self._wake = None
@@ -417,10 +346,8 @@ class SegmentContainer:
         seg.inflight = 1
         seg.p_ec = attrs.get(_EC, 0)
         seg.p_attrs = {k: v for k, v in attrs.items() if k != _EC} or None
-        encoded = name.encode("utf-8", "surrogatepass")
-        body = R.CREATE_BODY.pack(seg_id, segment_type, len(encoded)) + encoded
         fut: asyncio.Future[None] = self._loop.create_future()
-        self._enqueue(R.CREATE, body + R.encode_attrs(attrs), (K_CREATE, seg, fut, attrs))
+        self._enqueue(Create(seg, attrs, fut=fut))
         await fut
 
     async def seal(self, name: str) -> int:
@@ -430,7 +357,7 @@ class SegmentContainer:
         seg.p_sealed = True
         seg.inflight += 1
         fut: asyncio.Future[int] = self._loop.create_future()
-        self._enqueue(R.SEAL, R.SEG.pack(seg.id), (K_SEAL, seg, fut))
+        self._enqueue(Seal(seg, fut=fut))
         return await fut
 
     async def truncate(self, name: str, offset: int) -> None:
@@ -444,10 +371,7 @@ class SegmentContainer:
         seg.p_start = offset
         seg.inflight += 1
         fut: asyncio.Future[None] = self._loop.create_future()
-        seq = self._next_seq
-        self._enqueue(
-            R.TRUNCATE, R.SEG_OFFSET.pack(seg.id, offset), (K_TRUNCATE, seg, fut, offset, seq)
-        )
+        self._enqueue(Truncate(seg, offset, fut=fut))
         await fut
 
     async def delete(self, name: str) -> None:
@@ -455,8 +379,7 @@ class SegmentContainer:
         seg.p_deleted = True
         seg.inflight += 1
         fut: asyncio.Future[None] = self._loop.create_future()
-        seq = self._next_seq
-        self._enqueue(R.DELETE, R.SEG.pack(seg.id), (K_DELETE, seg, fut, seq))
+        self._enqueue(Delete(seg, fut=fut))
         await fut
 
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
@@ -501,8 +424,7 @@ class SegmentContainer:
             seg.set_pending_attr(key, value)
         seg.inflight += 1
         fut: asyncio.Future[None] = self._loop.create_future()
-        body = R.SEG.pack(seg.id) + R.encode_attrs(values)
-        self._enqueue(R.ATTRS, body, (K_ATTRS, seg, fut, values))
+        self._enqueue(UpdateAttributes(seg, values, fut=fut))
         await fut
 
     async def merge(self, target: str, source: str) -> int:
@@ -532,6 +454,8 @@ class SegmentContainer:
             raise SegmentNotFound(source)
         if len(data) > R.MAX_RECORD_SIZE - 64:
             raise InvalidOffset(source, f"{len(data)} bytes is too large to merge")
+        if data and not self._pending_bytes.try_take(len(data)):
+            raise StoreOverloaded(target, f"{self._pending_bytes.used} bytes wait for the disk")
         delta = 1 if s.segment_type & SEGMENT_TYPE_TRANSIENT else max(0, s.pending_attr(_EC))
         offset = t.p_length
         end = offset + len(data)
@@ -542,9 +466,7 @@ class SegmentContainer:
         t.inflight += 1
         s.inflight += 1
         fut: asyncio.Future[int] = self._loop.create_future()
-        seq = self._next_seq
-        body = R.MERGE_BODY.pack(t.id, s.id, offset, delta) + data
-        self._enqueue(R.MERGE, body, (K_MERGE, t, fut, s, data, delta, end, seq))
+        self._enqueue(Merge(t, s, offset, data, delta, fut=fut))
         return await fut
 
     # ------------------------------------------------------------------ reads
@@ -552,6 +474,8 @@ class SegmentContainer:
     def try_read(self, name: str, offset: int, max_length: int) -> ReadResult | None:
         """The read served from memory, or None when it needs a chunk file."""
         seg = self._committed(name)
+        if seg.damaged is not None:
+            raise SegmentDamaged(name, seg.damaged)
         if offset < seg.start_offset:
             raise SegmentTruncated(name, seg.start_offset, offset)
         length = seg.length
@@ -584,20 +508,19 @@ class SegmentContainer:
             data: bytes = await self._loop.run_in_executor(
                 self._io_exec, self._chunks.read, seg.id, offset, disk_end
             )
-        except FileNotFoundError:
-            data = b""
+        except ChunkDamaged as exc:
+            # A truncate or delete that ran meanwhile removes files legitimately.
+            seg2 = self._committed(name)
+            if offset < seg2.start_offset:
+                raise SegmentTruncated(name, seg2.start_offset, offset) from None
+            seg.damaged = f"{exc} (in {exc.path.parent})"
+            log.error("%s: segment %r is damaged: %s; its reads fail", self.label, name, exc)
+            raise SegmentDamaged(name, seg.damaged) from None
         except OSError as exc:
             log.error(
                 "%s: reading %s at %d from chunk files failed: %s", self.label, name, offset, exc
             )
             raise StorageUnavailable(name, f"reading chunk files failed: {exc}") from exc
-        if len(data) < disk_end - offset:
-            # A concurrent truncate/delete removed the file, or the data is really lost.
-            seg2 = self._committed(name)
-            if offset < seg2.start_offset:
-                raise SegmentTruncated(name, seg2.start_offset, offset)
-            if not data:
-                raise StorageUnavailable(name, f"chunk data at {offset} is missing")
         stop = offset + len(data)
         cache = seg.cache
         if stop == disk_end < end and cache is not None and cache.start <= stop:
@@ -626,422 +549,6 @@ class SegmentContainer:
                 waiters.remove(entry)
                 if not waiters:
                     seg.waiters = None
-
-    # ------------------------------------------------------------------ the log writer
-
-    async def _writer_loop(self) -> None:
-        """Group commit, pipelined: batch N+1 goes to the log thread before N is applied.
-
-        So the disk is busy while the loop applies the previous batch and completes its
-        futures. Only one batch is ever on its way to disk, and a batch is applied only
-        after every earlier one, so the committed state stays a prefix of the log.
-        """
-        loop = self._loop
-        durable: tuple[list[tuple[Any, ...]], int, int, int, float] | None = None
-        while True:
-            write: asyncio.Future[float] | None = None
-            taken: tuple[list[tuple[Any, ...]], int] | None = None
-            # Memory bound: committed data waits in the cache until it is in chunk files, so
-            # stop committing (acks wait) while too much of it is unflushed.
-            if self._ops and self._unflushed <= self._max_unflushed:
-                ops = self._ops
-                parts = self._parts
-                if self._buf:
-                    parts.append(self._buf)
-                first = self._batch_first_seq
-                self._ops = []
-                self._parts = []
-                self._buf = bytearray()
-                self._batch_first_seq = self._next_seq
-                if parts:
-                    write = loop.run_in_executor(
-                        self._log_exec, self._wal.write_batch, parts, first
-                    )
-                taken = (ops, self._next_seq - 1)
-            if durable is not None:
-                self._commit(*durable)
-                durable = None
-            if taken is None:
-                if self._ops:  # over the unflushed limit
-                    if not await self._flush():
-                        # Disk full or failing: nothing leaves memory, so nothing more may
-                        # come in. Fail what waits (retriable) rather than grow without bound.
-                        self._fail_all([], "cannot write chunk files, too much data in memory")
-                        await asyncio.sleep(0.05)
-                elif self._closing:
-                    return
-                else:
-                    self._wake = loop.create_future()
-                    await self._wake
-                    self._wake = None
-                continue
-            ops, last = taken
-            sync_s = 0.0
-            if write is None:  # only duplicates waiting for earlier records
-                last = self._committed_seq
-            else:
-                try:
-                    sync_s = await write
-                except Exception as exc:
-                    if not isinstance(exc, OSError):
-                        log.exception("%s: unexpected error writing the log", self.label)
-                    self._fail_all(ops, f"log write failed: {exc}")
-                    continue
-            # Read now, while the log thread is idle: consistent with ``last``.
-            durable = (ops, last, self._wal.current_index, self._wal.bytes_written, sync_s)
-
-    def _commit(
-        self,
-        ops: list[tuple[Any, ...]],
-        last: int,
-        log_index: int,
-        log_bytes: int,
-        sync_s: float,
-    ) -> None:
-        """A batch is durable: make it visible and complete its futures."""
-        self._committed_seq = last
-        self._log_index_at_commit = log_index
-        self._log_bytes_at_commit = log_bytes
-        self._apply(ops)
-        stats = self.stats
-        stats["batches"] += 1
-        stats["last_batch_records"] = len(ops)
-        stats["last_fsync_seconds"] = sync_s
-        hook = self.on_commit
-        if hook is not None:
-            hook(len(ops), sync_s)
-        if self._spare_job is None and self._wal.spare_wanted:
-            self._spare_job = self._loop.run_in_executor(self._io_exec, self._wal.prepare_spare)
-            self._spare_job.add_done_callback(self._spare_done)
-        if (
-            self._unflushed >= self.config.flush_bytes
-            # Over budget, only flushing lets the cache evict; but not for every batch.
-            or (self._cache.over_budget() and self._unflushed >= self.config.flush_bytes // 4)
-            or (
-                self._log_bytes_at_commit - self._log_bytes_at_ckpt
-                >= self.config.checkpoint_log_bytes
-            )
-        ):
-            self._kick_flush()
-
-    def _spare_done(self, job: asyncio.Future[None]) -> None:
-        self._spare_job = None
-        if not job.cancelled() and job.exception() is not None:
-            log.warning("%s: could not preallocate a log file: %s", self.label, job.exception())
-
-    def _fail_all(self, ops: list[tuple[Any, ...]], reason: str) -> None:
-        """The batch ``ops`` did not reach the disk: fail it and everything queued after it."""
-        failed = ops + self._ops
-        self._ops = []
-        self._parts = []
-        self._buf = bytearray()
-        self._next_seq = self._batch_first_seq = self._committed_seq + 1
-        self.stats["failed_batches"] += 1
-        log.error("%s: %s; failing %d operations", self.label, reason, len(failed))
-        touched: dict[int, SegmentMeta] = {}
-        for op in failed:
-            seg: SegmentMeta = op[1]
-            touched[id(seg)] = seg
-            if op[0] == K_MERGE:
-                touched[id(op[3])] = op[3]
-            fut: asyncio.Future[Any] = op[2] if op[0] != K_APPEND else op[4]
-            if not fut.done():
-                fut.set_exception(StorageUnavailable(seg.name, reason))
-        segs = list(touched.values())
-        for seg in segs:
-            if not seg.created and self._segments.get(seg.name) is seg:
-                del self._segments[seg.name]
-        for seg in segs:
-            seg.reset_pending()
-            if seg.created and not seg.deleted and seg.name not in self._segments:
-                self._segments[seg.name] = seg
-
-    def _apply(self, ops: list[tuple[Any, ...]]) -> None:
-        """Make a durable batch visible, in log order, and complete its futures."""
-        now_ms = int(time.time() * 1000)
-        cache_add = self._cache.add
-        dirty = self._dirty
-        appended = 0
-        cached = 0
-        n_appends = 0
-        for op in ops:
-            kind = op[0]
-            if kind == K_APPEND:
-                _, seg, data, end, fut, wid, event_number, event_count = op
-                n = len(data)
-                if n:
-                    cache = seg.cache
-                    if cache is None or n >= OWN_BLOCK:
-                        cache_add(seg, data, end - n)
-                    else:
-                        # SegmentCache.add's small-append case, inlined: it runs per append.
-                        tail = cache.tail
-                        tail += data
-                        cache.end = end
-                        cached += n
-                        if len(tail) >= FREEZE:
-                            cache.freeze_tail()
-                    appended += n
-                    dirty.add(seg)
-                seg.length = end
-                n_appends += 1
-                if wid is not None:
-                    attrs = seg.attrs
-                    if attrs is None:
-                        seg.attrs = {wid: event_number}
-                    else:
-                        attrs[wid] = event_number
-                if event_count:
-                    ec = seg.ec
-                    seg.ec = event_count if ec is None else ec + event_count
-                seg.last_modified_ms = now_ms
-                seg.inflight -= 1
-                if seg.inflight <= 0:
-                    seg.inflight = 0
-                    seg.p_attrs = None
-                if seg.waiters is not None:
-                    seg.wake_waiters(False)
-                if not fut.done():
-                    fut.set_result(AppendResult(end))
-            elif kind == K_DUP:
-                _, seg, fut = op
-                if not fut.done():
-                    fut.set_result(AppendResult(seg.length, True))
-            else:
-                appended += self._apply_other(op, now_ms)
-        self._unflushed += appended
-        self._cache.size += cached
-        stats = self.stats
-        stats["appends"] += n_appends
-        stats["append_bytes"] += appended
-
-    def _apply_other(self, op: tuple[Any, ...], now_ms: int) -> int:
-        kind = op[0]
-        seg: SegmentMeta = op[1]
-        fut: asyncio.Future[Any] = op[2]
-        seg.last_modified_ms = now_ms
-        seg.op_committed()
-        result: Any = None
-        added = 0
-        if kind == K_CREATE:
-            seg.created = True
-            seg.load_attrs(op[3])
-        elif kind == K_SEAL:
-            seg.sealed = True
-            seg.wake_waiters(True)
-            result = seg.length
-        elif kind == K_TRUNCATE:
-            offset, seq = op[3], op[4]
-            if offset > seg.start_offset:
-                seg.start_offset = offset
-                self._pending_deletes.append(
-                    (seq, seg.id, 0, offset // self._chunks.chunk_bytes - 1)
-                )
-                cache = seg.cache
-                if cache is not None:
-                    self._cache.size -= cache.evict_below(min(offset, seg.flushed))
-                    if cache.size == 0:
-                        self._cache.drop(seg)
-        elif kind == K_DELETE:
-            self._delete_committed(seg, op[3])
-        elif kind == K_MERGE:
-            _, t, _, s, data, delta, end, seq = op
-            n = len(data)
-            if n:
-                self._cache.add(t, data, end - n)
-                self._dirty.add(t)
-                added = n
-            t.length = end
-            if delta:
-                t.ec = (t.ec or 0) + delta
-            if t.waiters is not None:
-                t.wake_waiters(False)
-            s.last_modified_ms = now_ms
-            s.op_committed()
-            self._delete_committed(s, seq)
-            result = end
-        elif kind == K_ATTRS:
-            for key, value in op[3].items():
-                seg.set_attr(key, value)
-        if not fut.done():
-            fut.set_result(result)
-        return added
-
-    def _delete_committed(self, seg: SegmentMeta, seq: int) -> None:
-        seg.deleted = True
-        if self._segments.get(seg.name) is seg:
-            del self._segments[seg.name]
-        self._cache.drop(seg)
-        self._dirty.discard(seg)
-        self._unflushed -= seg.length - seg.flushed
-        seg.flushed = seg.length
-        if seg.length:
-            self._pending_deletes.append(
-                (seq, seg.id, 0, (seg.length - 1) // self._chunks.chunk_bytes)
-            )
-        seg.wake_waiters(True)
-
-    async def _interval_sync_loop(self) -> None:
-        interval = self.config.fsync_interval_s
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self._loop.run_in_executor(self._log_exec, self._wal.sync)
-            except OSError as exc:
-                log.error("%s: periodic log fsync failed: %s", self.label, exc)
-
-    # ------------------------------------------------------------------ storage writer
-
-    def _kick_flush(self) -> None:
-        wake = self._flush_wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-    async def _storage_loop(self) -> None:
-        loop = self._loop
-        interval = self.config.flush_interval_s
-        while not self._closing:
-            self._flush_wake = loop.create_future()
-            handle = loop.call_later(interval, _set_result, self._flush_wake)
-            try:
-                await self._flush_wake
-            finally:
-                handle.cancel()
-                self._flush_wake = None
-            if self._closing:
-                return
-            try:
-                await self._flush()
-                if (
-                    self._log_bytes_at_commit - self._log_bytes_at_ckpt
-                    >= self.config.checkpoint_log_bytes
-                ):
-                    await self._checkpoint()
-            except Exception:
-                log.exception("%s: storage writer pass failed", self.label)
-
-    async def _flush(self) -> bool:
-        async with self._flush_lock:
-            return await self._flush_locked()
-
-    async def _flush_locked(self) -> bool:
-        """Copy committed data of dirty segments into chunk files; False if I/O failed."""
-        segs = list(self._dirty)
-        self._dirty.clear()
-        jobs: list[tuple[SegmentMeta, int, int, list[bytes | memoryview]]] = []
-        direct = self._chunks.direct
-        for seg in segs:
-            start, end = seg.flushed, seg.length
-            if seg.deleted or end <= start:
-                continue
-            cache = seg.cache
-            assert cache is not None and cache.start <= start
-            if direct and cache.start <= start - start % ALIGN:
-                # Direct writes cover whole blocks: hand over the block's flushed head too,
-                # so the chunk store need not read it back from the file.
-                start -= start % ALIGN
-            jobs.append((seg, start, end, cache.pieces(start, end)))
-        if not jobs:
-            return True
-        work = [(seg.id, start, pieces) for seg, start, _, pieces in jobs]
-        try:
-            touched = await self._loop.run_in_executor(self._io_exec, self._write_chunks, work)
-        except OSError as exc:
-            log.error("%s: writing chunk files failed: %s", self.label, exc)
-            self._dirty.update(seg for seg, _, _, _ in jobs if not seg.deleted)
-            return False
-        self._dirty_chunks |= touched
-        written = 0
-        for seg, _, end, _ in jobs:
-            if end > seg.flushed:
-                self._unflushed -= end - seg.flushed
-                written += end - seg.flushed
-                seg.flushed = end
-        self.stats["flushes"] += 1
-        self.stats["flushed_bytes"] += written
-        self._cache.evict()
-        return True
-
-    def _write_chunks(self, work: list[tuple[int, int, list[bytes | memoryview]]]) -> set[ChunkId]:
-        touched: set[ChunkId] = set()
-        for seg_id, offset, pieces in work:
-            touched |= self._chunks.write(seg_id, offset, pieces)
-        return touched
-
-    async def _checkpoint(self) -> bool:
-        """Checkpoint metadata at the last durable record; then drop what it makes garbage."""
-        async with self._flush_lock:
-            t0 = time.perf_counter()
-            seq = self._committed_seq
-            log_index = self._log_index_at_commit
-            log_bytes = self._log_bytes_at_commit
-            snapshot = [
-                ckpt_mod.SegmentRecord(
-                    s.id,
-                    s.name,
-                    s.segment_type,
-                    s.sealed,
-                    s.length,
-                    s.start_offset,
-                    s.last_modified_ms,
-                    s.all_attrs(),
-                )
-                for s in self._segments.values()
-                if s.created and not s.deleted
-            ]
-            segs = [s for s in self._segments.values() if s.created and not s.deleted]
-            ckpt = ckpt_mod.Checkpoint(seq, self._next_segment_id, snapshot)
-            if not await self._flush_locked():
-                return False
-            for seg, rec in zip(segs, snapshot, strict=True):
-                if seg.flushed < rec.length and not seg.deleted:
-                    log.error("%s: checkpoint skipped, %s not flushed", self.label, seg.name)
-                    return False
-            dirty = self._dirty_chunks
-            self._dirty_chunks = set()
-            try:
-                await self._loop.run_in_executor(self._io_exec, self._write_checkpoint, dirty, ckpt)
-            except OSError as exc:
-                self._dirty_chunks |= dirty
-                log.error("%s: checkpoint failed: %s", self.label, exc)
-                return False
-            self._log_bytes_at_ckpt = log_bytes
-            deletes = [d for d in self._pending_deletes if d[0] <= seq]
-            self._pending_deletes = [d for d in self._pending_deletes if d[0] > seq]
-            try:
-                removed = await self._loop.run_in_executor(
-                    self._log_exec, self._wal.delete_files_before, log_index
-                )
-                await self._loop.run_in_executor(self._io_exec, self._delete_chunks, deletes)
-            except OSError as exc:
-                # Harmless leftovers: recovery skips old log files and deletes stray chunks.
-                log.warning("%s: cleanup after checkpoint failed: %s", self.label, exc)
-                removed = 0
-            seconds = time.perf_counter() - t0
-            self.stats["checkpoints"] += 1
-            self.stats["last_checkpoint_seconds"] = seconds
-            log.debug(
-                "%s: checkpoint at record %d (%d segments) in %.3f s; %d log files removed",
-                self.label,
-                seq,
-                len(snapshot),
-                seconds,
-                removed,
-            )
-            return True
-
-    def _write_checkpoint(self, dirty: set[ChunkId], ckpt: ckpt_mod.Checkpoint) -> None:
-        self._chunks.sync(dirty)
-        self._hook_checkpoint()
-        ckpt_mod.write(self.dir, ckpt)
-
-    def _hook_checkpoint(self) -> None:
-        if self._chunks.fault is not None:
-            self._chunks.fault("checkpoint.write")
-
-    def _delete_chunks(self, deletes: list[tuple[int, int, int, int]]) -> None:
-        for _, seg_id, first, last in deletes:
-            self._chunks.delete(seg_id, first, last)
 
     # ------------------------------------------------------------------ stats
 

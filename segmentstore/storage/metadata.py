@@ -34,6 +34,7 @@ class SegmentMeta:
         "attrs",
         "cache",
         "created",
+        "damaged",
         "deleted",
         "ec",
         "flushed",
@@ -76,6 +77,9 @@ class SegmentMeta:
         # Bytes of this segment written to chunk files (may be ahead of the last checkpoint).
         self.flushed = 0
         self.cache: SegmentCache | None = None
+        # Why this segment's data at rest cannot be read (a chunk file missing, short or
+        # failing its checksum), or None. Set by recovery or by a failed read.
+        self.damaged: str | None = None
         # wait_for_data callers: (offset they wait beyond, future).
         self.waiters: list[tuple[int, asyncio.Future[None]]] | None = None
 

@@ -24,11 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import records as R
-from .api import EVENT_COUNT
-from .checkpoint import load_newest
+from .api import EVENT_COUNT, FsyncMode, StoreCorrupted
+from .checkpoint import Checkpoint, load_newest
+from .chunk_sums import cut as cut_sums
 from .chunks import ChunkId, ChunkStore
 from .crc import crc32c
+from .damage import LogDamage, file_holds_records, later_record
 from .metadata import SegmentMeta
+from .operations import apply_append
+from .operations import decode as decode_operation
 from .wal import HEADER_SIZE, LogFileInfo, list_log_files
 
 log = logging.getLogger("segmentstore.storage")
@@ -53,14 +57,20 @@ class Recovered:
     records: int = 0
     log_bytes: int = 0
     problems: list[str] = field(default_factory=list)
+    # Segment id -> length in the checkpoint (what its chunk files must hold, fsynced).
+    checkpoint_lengths: dict[int, int] = field(default_factory=dict)
 
 
 class _ChunkBuffer:
     """Replayed segment data on its way to the chunk files, written in large pieces."""
 
-    def __init__(self, chunks: ChunkStore, dirty: set[ChunkId]) -> None:
+    def __init__(self, chunks: ChunkStore, dirty: set[ChunkId], dry_run: bool = False) -> None:
         self.chunks = chunks
         self.dirty = dirty
+        self.dry_run = dry_run
+        # Segments whose chunk files are missing or short: their data cannot be appended to
+        # those files (the head block to extend is gone); reads of them fail anyway.
+        self.damaged: set[int] = set()
         self.pending: dict[int, tuple[int, bytearray]] = {}
         self.size = 0
 
@@ -81,7 +91,8 @@ class _ChunkBuffer:
 
     def flush(self) -> None:
         for seg_id, (offset, data) in self.pending.items():
-            self.dirty |= self.chunks.write(seg_id, offset, [data])
+            if not self.dry_run and seg_id not in self.damaged:
+                self.dirty |= self.chunks.write(seg_id, offset, [data])
         self.pending.clear()
         self.size = 0
 
@@ -91,39 +102,82 @@ def _pending_size(pending: dict[int, tuple[int, bytearray]]) -> int:
 
 
 def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: list[str]) -> None:
+    """Make chunk files match the checkpoint: drop what it does not cover, cut the checksums
+    of each segment's last chunk back to its length (bytes past it are vouched for no more);
+    mark segments whose files are missing or short."""
     cb = chunks.chunk_bytes
     for seg_id, ks in chunks.list_files().items():
         seg = by_id.get(seg_id)
-        if seg is None:
-            chunks.delete(seg_id, min(ks), max(ks))
-            continue
-        first, last = chunks.chunk_range(seg.start_offset, seg.length)
+        first, last = (0, -1) if seg is None else chunks.chunk_range(seg.start_offset, seg.length)
         for k in ks:
-            path = chunks.path(seg_id, k)
             if k < first or k > last:
-                path.unlink(missing_ok=True)
-            elif k == last:
-                want = seg.length - k * cb
-                size = path.stat().st_size
-                if size > want:
-                    os.truncate(path, want)
-                elif size < want:
-                    msg = f"chunk file {path} holds {size} bytes, checkpoint needs {want}"
-                    problems.append(msg)
-                    log.error("recovery: %s", msg)
+                chunks.delete(seg_id, k, k)
+            elif seg is not None and k == last:
+                path = chunks.path(seg_id, k)
+                if path.exists():
+                    cut_sums(path, cb, seg.length - k * cb)
+    for seg in by_id.values():
+        found = chunks.verify(seg.id, seg.start_offset, seg.length, read=False)
+        if found:
+            seg.damaged = "; ".join(what for _, what in found)
+            msg = f"segment {seg.name!r}: {seg.damaged}; its reads will fail"
+            problems.append(msg)
+            log.error("recovery: %s", msg)
 
 
-def _discard(info: LogFileInfo) -> None:
-    target = info.path.with_suffix(".discarded")
-    os.replace(info.path, target)
-    log.error("recovery: set aside %s as %s", info.path, target.name)
+def _load_checkpoint(
+    container_dir: Path, infos: list[LogFileInfo], chunks: ChunkStore
+) -> Checkpoint | None:
+    """The newest checkpoint; refuses (StoreCorrupted) when it is damaged or missing."""
+    try:
+        ckpt = load_newest(container_dir)
+    except StoreCorrupted as exc:
+        raise StoreCorrupted(
+            exc.segment,
+            f"{exc}. The store will not start: the log files it needs were retired when it "
+            f"was written, so no older state can stand in for it. Restore {exc.segment} "
+            f"from a backup; `segmentstore check {container_dir.parent}` lists what else "
+            f"is damaged",
+        ) from None
+    if ckpt is not None:
+        return ckpt
+    # No checkpoint yet is normal only for a container whose log still starts at record 1
+    # (nothing was ever checkpointed, so no log file was ever retired).
+    first = next((i for i in infos if i.header_ok), None)
+    if first is not None and first.first_seq > 1:
+        why = f"its oldest log file {first.path.name} starts at record {first.first_seq}"
+    elif not infos and chunks.dir.is_dir() and chunks.list_files():
+        why = "chunk files exist but no log file does"
+    else:
+        return None
+    raise StoreCorrupted(
+        str(container_dir),
+        f"checkpoint missing in {container_dir}: {why}, so a checkpoint-*.ckp file was "
+        f"there and is gone. The store will not start (starting empty would drop every "
+        f"segment). Restore the checkpoint from a backup; `segmentstore check "
+        f"{container_dir.parent}` lists what else is present",
+    )
 
 
-def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
+def recover(
+    container_dir: Path,
+    chunks: ChunkStore,
+    label: str,
+    fsync: FsyncMode = "always",
+    dry_run: bool = False,
+) -> Recovered:
+    """Rebuild the container's committed state from disk (see the module's contract).
+
+    ``fsync`` is the mode the store runs with: it says which damage a power loss may
+    legitimately leave (then the intact prefix is recovered and the rest set aside) and
+    which must stop the store. ``dry_run`` (``segmentstore check``) changes nothing on disk.
+    """
     log_dir = container_dir / "log"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    chunks.open()
-    ckpt = load_newest(container_dir)
+    if not dry_run:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        chunks.open()
+    infos = list_log_files(log_dir) if log_dir.is_dir() else []
+    ckpt = _load_checkpoint(container_dir, infos, chunks)
     ckpt_seq = ckpt.seq if ckpt is not None else 0
     by_id: dict[int, SegmentMeta] = {}
     next_segment_id = 1
@@ -138,10 +192,12 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
             seg.load_attrs(s.attrs)
             by_id[s.seg_id] = seg
     rec = Recovered({}, ckpt_seq, ckpt_seq + 1, next_segment_id, 0, -1)
-    _clean_chunks(chunks, by_id, rec.problems)
-    buf = _ChunkBuffer(chunks, rec.dirty_chunks)
+    rec.checkpoint_lengths = {seg_id: seg.length for seg_id, seg in by_id.items()}
+    if not dry_run:
+        _clean_chunks(chunks, by_id, rec.problems)
+    buf = _ChunkBuffer(chunks, rec.dirty_chunks, dry_run)
+    buf.damaged = {seg.id for seg in by_id.values() if seg.damaged is not None}
 
-    infos = list_log_files(log_dir)
     # Files whose successor starts at or before ckpt_seq + 1 hold only checkpointed records.
     start = 0
     while (
@@ -153,46 +209,47 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
     expected = ckpt_seq + 1
     last_seq = ckpt_seq
     stop = False
-    # Nothing goes into a log file before its header is durable, so a newest file without a
-    # valid header was being created (or recycled) at the crash and holds no records: the
-    # file before it is then the last one, and bytes after its records are a torn tail.
-    # (fsync=never syncs no log file: after a power loss there, whatever does not line up
-    # is discarded by the checks below, with an error logged, and the rest is recovered.)
-    last_with_records = len(infos) - 1
-    if infos and not infos[-1].header_ok:
-        last_with_records -= 1
+    # What a power loss may leave in each mode: fsync=never syncs no log file, so any page
+    # of any of them may be missing; fsync=interval syncs a file when it rolls, so only the
+    # newest may have holes; fsync=always acknowledges nothing before it is on disk.
+    tolerate_all = fsync == "never"
+    tolerate_newest = fsync != "always"
+    seen = LogDamage(container_dir, label, fsync, dry_run, rec.problems)
+    newest_i = len(infos) - 1
     for i in range(start, len(infos)):
         info = infos[i]
-        is_last = i >= last_with_records
         if stop:
-            _discard(info)
+            seen.set_aside_file(info)
             continue
         rec.next_log_index = info.index + 1
         if not info.header_ok:
-            if i == len(infos) - 1:
-                log.info(
-                    "recovery %s: removed newest log file %s, its header is not valid: it "
-                    "was being created or recycled when the server stopped (with "
-                    "fsync=never, a power loss leaves it so too, and what was written to it "
-                    "is lost)",
+            # Nothing goes into a log file before its header is durable, so a newest file
+            # whose header is bad and that holds none of the next records was being created
+            # (or recycled) when the server stopped.
+            holds = file_holds_records(info.path, expected)
+            if i == newest_i and holds is None:
+                log.warning(
+                    "recovery %s: removed newest log file %s: its header is not valid and "
+                    "it holds no records (it was being created or recycled at the stop)",
                     label,
                     info.path,
                 )
-                info.path.unlink()
+                if not dry_run:
+                    info.path.unlink()
                 continue
-            msg = f"log file {info.path} has a bad header"
-            rec.problems.append(msg)
-            log.error("recovery %s: %s; ignoring it and every later log file", label, msg)
-            _discard(info)
+            problem = "bad header"
+            if holds is not None:
+                problem += f" and holds record {expected} or later at byte {holds}"
+            seen.damage(info, 0, problem, tolerate_all or (i == newest_i and tolerate_newest))
             stop = True
             continue
         # The first file may start before the checkpoint; each later one must continue
         # exactly where its predecessor's good records ended.
         if info.first_seq > expected or (i > start and info.first_seq != expected):
-            msg = f"log file {info.path} starts at record {info.first_seq}, expected {expected}"
-            rec.problems.append(msg)
-            log.error("recovery %s: %s; ignoring it and every later log file", label, msg)
-            _discard(info)
+            problem = (
+                f"starts at record {info.first_seq}, expected {expected} (records are missing)"
+            )
+            seen.damage(info, 0, problem, tolerate_all)
             stop = True
             continue
         # A later file's header says where this one's records end (bytes after that are a
@@ -201,10 +258,13 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
         claimed = nxt.prev_valid_len if nxt is not None and nxt.header_ok else -1
         end = min(claimed, info.size) if claimed >= 0 else info.size
         mtime_ms = int(os.stat(info.path).st_mtime * 1000)
+        follows: int | None = None
         with open(info.path, "rb") as f:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if info.size else b""
             try:
                 result = _replay_file(mm, end, info.first_seq, ckpt_seq, by_id, buf, rec, mtime_ms)
+                if result.problem:
+                    follows = later_record(mm, result.good_end, end, result.next_seq)
             finally:
                 if isinstance(mm, mmap.mmap):
                     mm.close()
@@ -214,22 +274,35 @@ def recover(container_dir: Path, chunks: ChunkStore, label: str) -> Recovered:
         if not result.problem and claimed >= 0 and result.good_end < claimed:
             result.problem = f"records end at {result.good_end}, the next file says {claimed}"
         if result.problem:
-            cut = info.size - result.good_end
-            if is_last:
+            # The last file with records: the newest, or the one before a header-less newest
+            # file that holds none of the next records.
+            last = i == newest_i or (
+                i == newest_i - 1
+                and not infos[newest_i].header_ok
+                and file_holds_records(infos[newest_i].path, expected) is None
+            )
+            if last and follows is None:
+                cut = info.size - result.good_end
                 msg = (
                     f"torn tail in {info.path.name}: {result.problem}; cut {cut} bytes "
-                    f"after the last good record (seq {result.next_seq - 1})"
+                    f"after the last good record (seq {result.next_seq - 1}), no intact "
+                    f"record follows"
                 )
                 log.warning("recovery %s: %s", label, msg)
+                rec.problems.append(msg)
+                if not dry_run:
+                    os.truncate(info.path, result.good_end)
             else:
-                msg = (
-                    f"corrupt record in {info.path.name}: {result.problem}; cut {cut} bytes; "
-                    f"later log files are ignored"
+                where = (
+                    f"intact record(s) follow at byte {follows}"
+                    if follows is not None
+                    else "later log files follow"
                 )
-                log.error("recovery %s: %s", label, msg)
+                problem = f"damaged record: {result.problem}; {where}"
+                seen.damage(
+                    info, result.good_end, problem, tolerate_all or (last and tolerate_newest)
+                )
                 stop = True
-            rec.problems.append(msg)
-            os.truncate(info.path, result.good_end)
         rec.prev_valid_len = result.good_end
     buf.flush()
     rec.next_seq = max(expected, last_seq + 1)
@@ -330,7 +403,6 @@ def _replay_file(
     data_w = head_size  # data of an APPEND_W starts right after its head
     append_body_size = R.APPEND_BODY.size
     data_a = prefix_size + append_body_size
-    cb = buf.chunks.chunk_bytes
     min_size = R.SEQ_TYPE_SIZE
     t_append_w = R.APPEND_W
     t_append = R.APPEND
@@ -405,7 +477,7 @@ def _replay_file(
             # Not an append (or one too short for its body, on which _apply raises as the
             # unpacking of a short record always did).
             _close_slots(slots)
-            _apply(rec, by_id, buf, cb, seq, rtype, mm[start + 4 : rec_end], mtime_ms)
+            _apply(rec, by_id, buf, seq, rtype, mm[start + 4 : rec_end], mtime_ms)
         if pos >= check_at:
             _close_slots(slots)
             buf.size = _pending_size(pending)
@@ -421,23 +493,50 @@ def _replay_file(
     return scan
 
 
+class _ReplayEffects:
+    """``operations.Effects`` for recovery: data goes to the chunk buffer."""
+
+    __slots__ = ("buf", "chunk_bytes", "rec")
+
+    def __init__(self, rec: Recovered, buf: _ChunkBuffer) -> None:
+        self.rec = rec
+        self.buf = buf
+        self.chunk_bytes = buf.chunks.chunk_bytes
+
+    def on_data(self, seg: SegmentMeta, offset: int, data: bytes | memoryview) -> None:
+        self.buf.add(seg.id, offset, memoryview(data))
+
+    def on_garbage(self, seq: int, seg_id: int, first_chunk: int, last_chunk: int) -> None:
+        self.rec.pending_deletes.append((seq, seg_id, first_chunk, last_chunk))
+
+    def on_truncated(self, seg: SegmentMeta, offset: int) -> None:
+        pass
+
+    def on_deleted(self, seg: SegmentMeta) -> None:
+        self.buf.drop(seg.id)
+
+    def on_woken(self, seg: SegmentMeta, everyone: bool) -> None:
+        pass
+
+
 def _apply(
     rec: Recovered,
     by_id: dict[int, SegmentMeta],
     buf: _ChunkBuffer,
-    cb: int,
     seq: int,
     rtype: int,
     record: bytes,
     mtime_ms: int,
 ) -> None:
+    """Replay one record through the rules the live engine applied (operations.py)."""
+    fx = _ReplayEffects(rec, buf)
     body = 4 + R.SEQ_TYPE_SIZE  # size field + seq + type precede the body in ``record``
     if rtype == R.APPEND or rtype == R.APPEND_W:
+        writer = None
+        event_number = 0
         if rtype == R.APPEND:
             seg_id, offset, count = R.APPEND_BODY.unpack_from(record, body)
             data_at = body + R.APPEND_BODY.size
-            writer = None
-            event_number = 0
         else:
             seg_id, offset, count, wbytes, event_number = R.APPEND_W_BODY.unpack_from(record, body)
             data_at = body + R.APPEND_W_BODY.size
@@ -447,66 +546,13 @@ def _apply(
             _inconsistent(rec, seq, f"append to segment {seg_id} at {offset}")
             return
         data = memoryview(record)[data_at:]
-        if data:
-            buf.add(seg_id, offset, data)
-        seg.length = offset + len(data)
-        if writer is not None:
-            seg.set_attr(writer, event_number)
-        if count:
-            seg.ec = (seg.ec or 0) + count
-        seg.last_modified_ms = mtime_ms
-    elif rtype == R.CREATE:
-        seg_id, stype, name_len = R.CREATE_BODY.unpack_from(record, body)
-        pos = body + R.CREATE_BODY.size
-        name = record[pos : pos + name_len].decode()
-        attrs, _ = R.decode_attrs(record, pos + name_len)
-        seg = SegmentMeta(name, seg_id, stype, mtime_ms)
-        seg.created = True
-        seg.load_attrs(attrs)
-        by_id[seg_id] = seg
-    elif rtype == R.MERGE:
-        target_id, source_id, offset, delta = R.MERGE_BODY.unpack_from(record, body)
-        target = by_id.get(target_id)
-        source = by_id.get(source_id)
-        if target is None or target.deleted or offset != target.length or source is None:
-            _inconsistent(rec, seq, f"merge of {source_id} into {target_id} at {offset}")
-            return
-        data = memoryview(record)[body + R.MERGE_BODY.size :]
-        if data:
-            buf.add(target_id, offset, data)
-        target.length = offset + len(data)
-        if delta:
-            target.ec = (target.ec or 0) + delta
-        target.last_modified_ms = mtime_ms
-        _delete(rec, buf, source, seq)
-    else:
-        (seg_id,) = R.SEG.unpack_from(record, body)
-        seg = by_id.get(seg_id)
-        if seg is None or seg.deleted:
-            _inconsistent(rec, seq, f"record type {rtype} for segment {seg_id}")
-            return
-        seg.last_modified_ms = mtime_ms
-        if rtype == R.SEAL:
-            seg.sealed = True
-        elif rtype == R.TRUNCATE:
-            _, offset = R.SEG_OFFSET.unpack_from(record, body)
-            if offset > seg.start_offset:
-                seg.start_offset = offset
-                rec.pending_deletes.append((seq, seg_id, 0, offset // cb - 1))
-        elif rtype == R.DELETE:
-            _delete(rec, buf, seg, seq)
-        elif rtype == R.ATTRS:
-            values, _ = R.decode_attrs(record, body + R.SEG.size)
-            for key, value in values.items():
-                seg.set_attr(key, value)
-
-
-def _delete(rec: Recovered, buf: _ChunkBuffer, seg: SegmentMeta, seq: int) -> None:
-    seg.deleted = True
-    buf.drop(seg.id)
-    if seg.length:
-        last = (seg.length - 1) // buf.chunks.chunk_bytes
-        rec.pending_deletes.append((seq, seg.id, 0, last))
+        apply_append(seg, offset, data, writer, event_number, count, mtime_ms, fx)
+        return
+    op = decode_operation(seq, rtype, record, by_id, mtime_ms)
+    if isinstance(op, str):
+        _inconsistent(rec, seq, op)
+        return
+    op.apply(mtime_ms, fx)
 
 
 def _inconsistent(rec: Recovered, seq: int, what: str) -> None:

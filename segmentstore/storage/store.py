@@ -21,6 +21,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from segmentstore_client.protocol.names import encode_name
+
 from .api import (
     AppendResult,
     AttributeUpdate,
@@ -29,13 +31,15 @@ from .api import (
     StorageError,
     StoreConfig,
 )
-from .container import CommitHook, SegmentContainer
+from .container import SegmentContainer
+from .container_state import CommitHook
 from .crc import log_implementation
+from .pending import PendingBytes
 from .wal import FaultHook, fsync_dir
 
 log = logging.getLogger("segmentstore.storage")
 
-_LAYOUT_FILE = "store.json"
+LAYOUT_FILE = "store.json"
 _LAYOUT_VERSION = 1
 
 
@@ -51,7 +55,7 @@ def routing_name(name: str) -> str:
 def container_of(name: str, count: int) -> int:
     if count == 1:
         return 0
-    return zlib.crc32(routing_name(name).encode("utf-8", "surrogatepass")) % count
+    return zlib.crc32(encode_name(routing_name(name))) % count
 
 
 class SegmentStore:
@@ -74,16 +78,17 @@ class SegmentStore:
         log_implementation()
         loop = asyncio.get_running_loop()
         data_dir = Path(config.data_dir)
-        lock_fd = await loop.run_in_executor(None, _lock_data_dir, data_dir)
+        lock_fd = await loop.run_in_executor(None, lock_data_dir, data_dir)
         try:
-            await loop.run_in_executor(None, _check_layout, data_dir, config.container_count)
+            await loop.run_in_executor(None, _check_layout, data_dir, config)
         except BaseException:
             os.close(lock_fd)
             raise
         t0 = time.perf_counter()
         budget = max(1, config.read_cache_bytes // config.container_count)
+        pending = PendingBytes(config.max_pending_bytes)
         containers = [
-            SegmentContainer(i, data_dir / f"container-{i:04d}", config, budget)
+            SegmentContainer(i, data_dir / f"container-{i:04d}", config, budget, pending)
             for i in range(config.container_count)
         ]
         started: list[SegmentContainer] = []
@@ -222,6 +227,17 @@ class SegmentStore:
     async def update_attributes(self, name: str, updates: Sequence[AttributeUpdate]) -> None:
         await self._route(name).update_attributes(name, updates)
 
+    @property
+    def pending_bytes(self) -> int:
+        """Payload bytes accepted and not yet durable, store-wide (bounded by
+        ``StoreConfig.max_pending_bytes``; past it appends fail with StoreOverloaded)."""
+        return self._containers[0]._pending_bytes.used
+
+    async def wait_for_room(self) -> None:
+        """Wait until the store-wide pending bytes are below their limit (callers that
+        would rather wait than get StoreOverloaded call this before appending)."""
+        await self._containers[0]._pending_bytes.wait_for_room()
+
     # ------------------------------------------------------------------ metrics
 
     def stats(self) -> dict[str, float]:
@@ -234,12 +250,13 @@ class SegmentStore:
                         out[key] = max(out.get(key, 0.0), value)
                     else:
                         out[key] = out.get(key, 0.0) + value
+        out["pending_bytes"] = float(self.pending_bytes)
         out["recovery_seconds"] = self.recovery_seconds
         out["containers"] = float(self._count)
         return out
 
 
-def _lock_data_dir(data_dir: Path) -> int:
+def lock_data_dir(data_dir: Path) -> int:
     """Hold an exclusive flock on ``data_dir/LOCK`` (two stores on one directory would
     corrupt it); the kernel drops it when the process dies, so a crash never leaves it held."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -252,8 +269,11 @@ def _lock_data_dir(data_dir: Path) -> int:
     return fd
 
 
-def _check_layout(data_dir: Path, count: int) -> None:
-    path = data_dir / _LAYOUT_FILE
+def _check_layout(data_dir: Path, config: StoreConfig) -> None:
+    """Refuse a directory made with another container count or chunk file size: segments
+    would be looked for in the wrong container, bytes at the wrong place in chunk files."""
+    count = config.container_count
+    path = data_dir / LAYOUT_FILE
     if path.exists():
         layout = json.loads(path.read_text())
         if layout.get("container_count") != count:
@@ -261,10 +281,21 @@ def _check_layout(data_dir: Path, count: int) -> None:
                 str(data_dir),
                 f"created with {layout.get('container_count')} containers, opened with {count}",
             )
+        recorded = layout.get("chunk_file_bytes", config.chunk_file_bytes)
+        if recorded != config.chunk_file_bytes:
+            raise StorageError(
+                str(data_dir),
+                f"created with {recorded}-byte chunk files, opened with {config.chunk_file_bytes}",
+            )
         return
     tmp = path.with_suffix(".tmp")
+    layout = {
+        "version": _LAYOUT_VERSION,
+        "container_count": count,
+        "chunk_file_bytes": config.chunk_file_bytes,
+    }
     with open(tmp, "w") as f:
-        f.write(json.dumps({"version": _LAYOUT_VERSION, "container_count": count}))
+        f.write(json.dumps(layout))
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)

@@ -38,6 +38,7 @@ from ..storage import (
     SEGMENT_TYPE_TABLE,
     AppendResult,
     BadOffset,
+    SegmentDamaged,
     SegmentInfo,
     SegmentNotFound,
     SegmentSealed,
@@ -157,7 +158,13 @@ class TableStore:
             except SegmentNotFound:
                 continue
             if info.segment_type & SEGMENT_TYPE_TABLE:
-                t = await tables._load(info)
+                try:
+                    t = await tables._load(info)
+                except SegmentDamaged as e:
+                    # Its data at rest is damaged: requests for it fail (each one tries to
+                    # load it again), every other table is served.
+                    log.error("table %s not indexed: %s", name, e)
+                    continue
                 tables._tables[name] = t
                 keys += len(t.index)
         tables.recovery_seconds = time.perf_counter() - t0

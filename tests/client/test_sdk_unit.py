@@ -3,16 +3,20 @@ across arbitrary read boundaries, positions, error mapping."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 
 import pytest
 import segmentstore_client as sc
-from segmentstore_client import errors, protocol
+from segmentstore_client import errors, protocol, replies
 from segmentstore_client.connection import ConnectionOptions, Endpoint
+from segmentstore_client.naming import writer_uuid
 from segmentstore_client.protocol import block_end, encode, frame_events
 from segmentstore_client.reader import EventReader
-from segmentstore_client.writer import EventWriter, _cut, writer_uuid
+from segmentstore_client.writer import EventWriter
+from segmentstore_client.writer_blocks import Block, frame_block, trim_block
+from segmentstore_client.writer_blocks import cut as _cut
 
 
 def _offline_client() -> sc.Client:
@@ -42,9 +46,24 @@ def test_block_frame_matches_the_codec() -> None:
     w = EventWriter(_offline_client(), "sc/st/0", "w1")
     payloads = [b"hello", b"world!", b"", b"x" * 1000]
     size = sum(map(len, payloads)) + 8 * len(payloads)
-    frame = w._frame(payloads, list(map(len, payloads)), size, 41)
+    frame = frame_block(w.writer_id.bytes, w._rid, payloads, list(map(len, payloads)), size, 41)
     records = frame_events(payloads)
     assert frame == encode(block_end(w.writer_id, records, len(payloads), 41, w._rid))
+    head, tail = protocol.append_block_end_parts(w.writer_id, len(records), 4, 41, w._rid)
+    assert head + records + tail == frame
+    for n, last, rid in ((0, 0, 0), (1, -5, -1), (2**31 - 1, 2**63 - 1, 2**63 - 1)):
+        data = frame_events([b"a" * 3] * 2)
+        head, tail = protocol.append_block_end_parts(w.writer_id, len(data), n, last, rid)
+        assert head + data + tail == encode(block_end(w.writer_id, data, n, last, rid))
+    # trimming drops the events the server holds and keeps the frame valid
+    loop = asyncio.new_event_loop()
+    block = Block(41, 4, frame, size, loop.create_future())
+    loop.close()
+    freed = trim_block(block, 2, w.writer_id.bytes, w._rid)
+    assert freed == 8 + 5 + 8 + 6
+    kept = frame_events(payloads[2:])
+    assert block.frame == encode(block_end(w.writer_id, kept, 2, 41, w._rid))
+    assert (block.count, block.size) == (2, len(kept))
     decoded = protocol.decode(frame)
     assert isinstance(decoded, protocol.AppendBlockEnd)
     assert bytes(decoded.data) == records and decoded.last_event_number == 41
@@ -152,13 +171,13 @@ def test_error_replies_map_to_named_exceptions() -> None:
         (protocol.SegmentCreated(1, seg), errors.UnexpectedReply, False),
     ]
     for reply, kind, retriable in cases:
-        err = errors.error_from_reply(reply)
+        err = replies.error_from_reply(reply)
         assert type(err) is kind, (reply, err)
         assert err.retriable is retriable, err
         assert isinstance(err, sc.SegmentStoreError)
-    truncated = errors.error_from_reply(protocol.SegmentIsTruncated(1, seg, 100, "", 50))
+    truncated = replies.error_from_reply(protocol.SegmentIsTruncated(1, seg, 100, "", 50))
     assert isinstance(truncated, sc.SegmentTruncated) and truncated.start_offset == 100
-    sealed = errors.error_from_reply(protocol.SegmentIsSealed(1, seg, "", 5))
+    sealed = replies.error_from_reply(protocol.SegmentIsSealed(1, seg, "", 5))
     assert isinstance(sealed, sc.SegmentSealed) and sealed.event_number == 5
     assert sc.ConnectionLost("x").retriable and sc.Timeout("x").retriable
     assert isinstance(sc.Timeout("x"), TimeoutError)

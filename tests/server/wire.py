@@ -1,4 +1,4 @@
-"""A small raw-protocol asyncio client for the server tests.
+"""The raw-protocol asyncio client of the tests (server, tables, adversarial).
 
 It speaks frames, nothing more: connect, send commands (or raw bytes), wait for replies by
 request id, and keep every frame the server sent, in arrival order, so that tests can look
@@ -14,7 +14,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from segmentstore_client.protocol import (
     MAX_PAYLOAD_FROM_SERVER,
@@ -71,7 +71,7 @@ class WireClient:
     @classmethod
     async def connect(
         cls, host: str, port: int, *, hello: bool = True, timeout: float = DEFAULT_TIMEOUT
-    ) -> WireClient:
+    ) -> Self:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, limit=32 * 1024 * 1024), timeout
         )
@@ -130,7 +130,7 @@ class WireClient:
         with contextlib.suppress(BaseException):
             await self._task
 
-    async def __aenter__(self) -> WireClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

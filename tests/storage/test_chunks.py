@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from segmentstore.storage.chunk_sums import ChunkDamaged
+from segmentstore.storage.chunk_sums import cut as cut_sums
 from segmentstore.storage.chunks import ALIGN, ChunkStore
 
 CHUNK = 4 * ALIGN
@@ -66,28 +68,34 @@ def test_direct_write_pads_whole_blocks_and_keeps_the_head(tmp_path: Path) -> No
     store = make(tmp_path, True)
     store.write(1, 0, [b"a" * 100])
     path = store.path(1, 0)
-    assert path.stat().st_size == ALIGN  # padded
+    assert path.read_bytes()[100:ALIGN] == bytes(ALIGN - 100)  # padded to a whole block
+    # After the data region, the block checksums: one 8-byte entry for the one block.
+    assert path.stat().st_size == CHUNK + 8
     store.write(1, 100, [b"b" * 50])  # the head [0, 100) is read back from the file
     assert store.read(1, 0, 150) == b"a" * 100 + b"b" * 50
     assert path.read_bytes()[:150] == b"a" * 100 + b"b" * 50
-    # Recovery cuts a file to the durable length; writing on from there still works.
-    os.truncate(path, 120)
+    # Recovery cuts a file's block checksums back to the durable length; writing on from
+    # there still works (the bytes past it are no longer vouched for, then overwritten).
+    cut_sums(path, CHUNK, 120)
     store.write(1, 120, [b"c" * (CHUNK - 120 + 10)])  # crosses into chunk 1
     want = b"a" * 100 + b"b" * 20 + b"c" * (CHUNK - 110)
     assert store.read(1, 0, CHUNK + 10) == want
     assert store.read(1, CHUNK, CHUNK + 10) == b"c" * 10
-    # A read stops where the file ends (here the padded end of its last block: the container
-    # never reads past a segment's length, so padding is never handed out).
-    assert store.read(1, CHUNK + 5, CHUNK + 5000) == b"c" * 5 + bytes(ALIGN - 10)
+    # Bytes no checksum covers (here the zero padding of the last block) are never handed
+    # out: the container never reads past a segment's length, and a read that does fails.
+    with pytest.raises(ChunkDamaged, match="are needed"):
+        store.read(1, CHUNK + 5, CHUNK + 5000)
 
 
 def test_direct_write_refuses_when_the_head_is_missing(tmp_path: Path) -> None:
     store = make(tmp_path, True)
     store.write(2, 0, [b"x" * 10])
     os.truncate(store.path(2, 0), 5)  # bytes [5, 10) lost
-    with pytest.raises(OSError, match="lacks bytes"):
+    with pytest.raises(ChunkDamaged, match="lacks segment bytes"):
         store.write(2, 10, [b"y"])
-    assert store.read(2, 0, 5) == b"x" * 5
+    # The checksums after the data were cut off with it: nothing left is served.
+    with pytest.raises(ChunkDamaged, match="no checksum"):
+        store.read(2, 0, 5)
 
 
 def test_unaligned_chunk_size_uses_buffered_io(tmp_path: Path) -> None:
@@ -96,7 +104,9 @@ def test_unaligned_chunk_size_uses_buffered_io(tmp_path: Path) -> None:
     assert not store.direct
     store.write(3, 0, [b"z" * 7000])
     assert store.read(3, 2990, 3010) == b"z" * 20
-    assert store.path(3, 2).stat().st_size == 1000
+    # 1000 data bytes, then at 3000 (the chunk size) the checksum of its one block.
+    assert store.path(3, 2).stat().st_size == 3000 + 8
+    assert store.path(3, 2).read_bytes()[:1000] == b"z" * 1000
 
 
 def test_big_writes_span_the_staging_buffer(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Reopening restores everything; torn and corrupted logs are cut at the last good record."""
+"""Reopening restores everything; torn log tails are cut, damage inside the log refuses."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from segmentstore import cli
 from segmentstore.storage import (
     EVENT_COUNT,
     NULL_ATTRIBUTE_VALUE,
@@ -140,30 +141,42 @@ async def test_torn_tail_is_cut_and_logged(
         assert s.info("seg").length == 20 * 11
 
 
-async def test_bit_flip_stops_replay_at_last_good_record(
-    tmp_path: Path, crash_copy: Callable[[Path], Path], caplog: pytest.LogCaptureFixture
+async def test_bit_flip_in_the_newest_log_refuses_then_repair_keeps_the_prefix(
+    tmp_path: Path, crash_copy: Callable[[Path], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A flipped bit with intact records after it is damage, not a torn tail: the store
+    refuses to start (naming the file and the repair command) and deletes nothing; the
+    operator's ``repair --truncate-at`` then drops the rest, moved aside, not deleted."""
     copy = await _write_events(tmp_path / "live", crash_copy, 30)
     log_file = _only_log_file(copy)
     raw = bytearray(log_file.read_bytes())
-    # Find record 11 of the appends (create is record 1) and flip one bit of its payload.
-    needle = b"event-0010;"
-    at = raw.index(needle)
+    at = raw.index(b"event-0010;")
     raw[at + 3] ^= 0x04
     log_file.write_bytes(bytes(raw))
-    caplog.set_level(logging.WARNING, logger="segmentstore.storage")
+    with pytest.raises(StoreCorrupted) as refused:
+        await SegmentStore.open(small_config(copy))
+    message = str(refused.value)
+    assert log_file.name in message and "CRC mismatch" in message
+    assert "segmentstore repair" in message and "--truncate-at" in message
+    assert log_file.read_bytes() == bytes(raw)  # nothing cut, nothing deleted
+    target = message.split("--truncate-at ")[1].rstrip("`")
+    assert cli.main(["check", str(copy)]) == 1
+    assert log_file.name in capsys.readouterr().out
+    assert cli.main(["repair", str(copy), "--truncate-at", target]) == 0
+    said = capsys.readouterr().out
+    assert "moved bytes" in said and ".discarded" in said
+    (aside,) = log_file.parent.glob("*.discarded")
+    assert b"event-0029;" in aside.read_bytes()  # the dropped records are kept aside
+    assert cli.main(["check", str(copy)]) == 0
     async with await SegmentStore.open(small_config(copy)) as s:
-        assert log_file.stat().st_size < len(raw)  # the bad tail was cut off the file
         assert s.info("seg").length == 10 * 11
         assert s.get_attribute("seg", W) == 9
         data = bytes((await s.read("seg", 0, 1000)).data)
         assert data == b"".join(f"event-{i:04d};".encode() for i in range(10))
-    messages = [r.getMessage() for r in caplog.records]
-    assert any("CRC mismatch" in m for m in messages), messages
 
 
-async def test_corrupted_length_field_is_caught(
-    tmp_path: Path, crash_copy: Callable[[Path], Path], caplog: pytest.LogCaptureFixture
+async def test_corrupted_length_field_is_damage_not_a_tail(
+    tmp_path: Path, crash_copy: Callable[[Path], Path]
 ) -> None:
     copy = await _write_events(tmp_path / "live", crash_copy, 5)
     log_file = _only_log_file(copy)
@@ -173,10 +186,13 @@ async def test_corrupted_length_field_is_caught(
     size_at = at - (8 + 1 + 44) - 4
     raw[size_at + 1] ^= 0x01
     log_file.write_bytes(bytes(raw))
-    caplog.set_level(logging.WARNING, logger="segmentstore.storage")
+    with pytest.raises(StoreCorrupted, match="intact record"):
+        await SegmentStore.open(small_config(copy))
+    # The same bytes with the records after it gone are a torn tail: cut, and the store opens.
+    raw[at + 11 :] = bytes(len(raw) - at - 11)
+    log_file.write_bytes(bytes(raw))
     async with await SegmentStore.open(small_config(copy)) as s:
         assert s.info("seg").length == 3 * 11
-    assert any("torn tail" in r.getMessage() for r in caplog.records)
 
 
 async def test_log_file_torn_during_creation_is_dropped(
@@ -252,7 +268,9 @@ async def test_checkpoints_truncate_the_log_and_keep_recovery_short(tmp_path: Pa
         assert sum(f.stat().st_size for f in log_files) < 100 * 1024  # old files deleted
         chunk_files = list((tmp_path / "container-0000" / "chunks").iterdir())
         # Truncated-away chunk files are gone (16 KiB chunks below offset 150000).
-        assert all(int(f.suffix[1:], 16) >= 150_000 // (16 * 1024) for f in chunk_files)
+        # (Each chunk file <seg>.<k> has its block checksums in <seg>.<k>.crc.)
+    numbers = [int(f.name.split(".")[1], 16) for f in chunk_files]
+    assert all(k >= 150_000 // (16 * 1024) for k in numbers)
     async with await SegmentStore.open(cfg) as s:
         info = s.info("seg")
         assert (info.length, info.start_offset) == (400_000, 150_000)
@@ -419,3 +437,46 @@ async def test_fsync_never_power_loss_recovers_a_prefix_of_every_segment(
         length_a = s.info("a").length
     async with await SegmentStore.open(small_config(copy)) as s:
         assert s.info("a").length == length_a
+
+
+async def test_missing_checkpoint_refuses_and_deletes_nothing(tmp_path: Path) -> None:
+    """Issue 13 item 6: the store used to start empty, setting the log aside and deleting
+    every chunk file. Now it refuses, naming what is missing, and touches nothing."""
+    cfg = small_config(tmp_path, checkpoint_log_bytes=16 * 1024, log_file_bytes=16 * 1024)
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("seg")
+        for i in range(100):
+            await s.append("seg", bytes([i]) * 1000)
+    cdir = tmp_path / "container-0000"
+    (ckpt,) = cdir.glob("checkpoint-*.ckp")
+    ckpt.unlink()
+    before = sorted(p.name for p in cdir.rglob("*"))
+    with pytest.raises(StoreCorrupted, match="checkpoint missing") as refused:
+        await SegmentStore.open(cfg)
+    assert str(cdir) in str(refused.value)
+    assert sorted(p.name for p in cdir.rglob("*")) == before
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+async def test_damaged_header_of_the_newest_log_with_records(
+    tmp_path: Path, crash_copy: Callable[[Path], Path], fsync: str
+) -> None:
+    """Issue 13 item 7: a bad header on the newest log file that holds acknowledged records
+    refuses with fsync=always (it used to unlink the file); fsync=never, whose acks promise
+    nothing on power loss, recovers the files before it and sets the file aside."""
+    copy = await _write_events(tmp_path / "live", crash_copy, 20)
+    newest = _only_log_file(copy)
+    raw = bytearray(newest.read_bytes())
+    raw[3] ^= 0x10  # in the magic
+    newest.write_bytes(bytes(raw))
+    cfg = small_config(copy, fsync=fsync)
+    if fsync == "always":
+        with pytest.raises(StoreCorrupted, match="bad header") as refused:
+            await SegmentStore.open(cfg)
+        assert newest.name in str(refused.value)
+        assert newest.read_bytes() == bytes(raw)
+        return
+    async with await SegmentStore.open(cfg) as s:
+        assert not s.exists("seg")  # its CREATE was in the file set aside
+    (aside,) = newest.parent.glob("*.discarded")
+    assert aside.read_bytes() == bytes(raw)

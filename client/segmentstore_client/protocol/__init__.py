@@ -5,7 +5,15 @@ call :func:`encode` on a command and get a frame. Every command of the reference
 frozen dataclass in :mod:`.commands` with its wire type code in ``TYPE``.
 """
 
-from .appends import Append, AppendAssembler, block_end, build_blocks
+from .appends import (
+    APPEND_BLOCK_END_HEAD_SIZE,
+    APPEND_BLOCK_END_TAIL_SIZE,
+    Append,
+    AppendAssembler,
+    append_block_end_parts,
+    block_end,
+    build_blocks,
+)
 from .codec import (
     MAX_PAYLOAD_FROM_SERVER,
     MAX_PAYLOAD_TO_SERVER,
@@ -109,8 +117,11 @@ from .structures import (
 )
 
 __all__ = [  # noqa: RUF022
+    "APPEND_BLOCK_END_HEAD_SIZE",
+    "APPEND_BLOCK_END_TAIL_SIZE",
     "Append",
     "AppendAssembler",
+    "append_block_end_parts",
     "block_end",
     "build_blocks",
     "MAX_PAYLOAD_FROM_SERVER",

@@ -10,6 +10,7 @@ raises :class:`RemoteProtocolError`.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -158,6 +159,38 @@ def _join_block(block: AppendBlock, end: AppendBlockEnd) -> Buffer:
     if sub_type == PARTIAL_EVENT_TYPE:
         return b"".join((whole, rest[8:], end.data))
     raise RemoteProtocolError(f"AppendBlock ends with a sub-frame of type {sub_type}")
+
+
+# AppendBlockEnd (type 4) around its records: frame header, writer id, sizeOfWholeEvents,
+# the data's length prefix | records | numEvents, lastEventNumber, requestId.
+_ABE_HEAD: Final = struct.Struct(">ii16sii")
+_ABE_TAIL: Final = struct.Struct(">iqq")
+APPEND_BLOCK_END_HEAD_SIZE: Final = _ABE_HEAD.size  # 28 bytes before the records
+APPEND_BLOCK_END_TAIL_SIZE: Final = _ABE_TAIL.size  # 20 bytes after them
+_ABE_FIXED: Final = APPEND_BLOCK_END_HEAD_SIZE + APPEND_BLOCK_END_TAIL_SIZE - HEADER.size
+
+
+def append_block_end_parts(
+    writer_id: uuid.UUID | bytes,
+    data_length: int,
+    num_events: int,
+    last_event_number: int,
+    request_id: int,
+) -> tuple[bytes, bytes]:
+    """An end-only AppendBlockEnd frame as (head, tail) around ``data_length`` bytes of
+    whole event records, so a writer joins head, its records and tail in one go without
+    building the command: ``b"".join((head, records, tail))`` equals
+    ``encode(block_end(writer_id, records, num_events, last_event_number, request_id))``.
+    ``writer_id`` may be the UUID's 16 bytes (a writer keeps them at hand).
+
+    Example::
+
+        head, tail = append_block_end_parts(wid, len(records), 3, 42, rid)
+        transport.writelines((head, records, tail))
+    """
+    wid = writer_id.bytes if isinstance(writer_id, uuid.UUID) else writer_id
+    head = _ABE_HEAD.pack(4, _ABE_FIXED + data_length, wid, data_length, data_length)
+    return head, _ABE_TAIL.pack(num_events, last_event_number, request_id)
 
 
 def block_end(

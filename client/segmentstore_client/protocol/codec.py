@@ -6,7 +6,8 @@ a byte stream and returns whole commands. It checks each frame header (known typ
 frame whose body is large and incomplete moves into a buffer of its own, so its byte
 fields come out as zero-copy views of that buffer: decoding a 1 MiB SegmentRead costs the
 one copy out of the socket's chunks and nothing more (pieces fed as immutable ``bytes``,
-as asyncio delivers them, are kept as views until the frame is complete and joined once).
+as asyncio delivers them, are kept as views until the frame is complete and joined once;
+small pieces are copied, so memory follows the bytes that arrived, never the declared length).
 Small frames are decoded in place from the bytes fed; only the start of an incomplete
 frame is copied into a buffer, which is trimmed once per ``feed`` and not once per frame.
 """
@@ -55,6 +56,10 @@ def decode(frame: Buffer) -> Command:
         return dec(mv[8:], False)  # type: ignore[no-any-return]
     except (struct.error, ValueError, IndexError) as e:
         raise MalformedCommand(f"malformed type-{type_code} payload: {e}") from e
+
+
+# Pieces of a big frame smaller than this are copied rather than kept as views.
+_MIN_VIEW: Final = 16 * 1024
 
 
 class FrameDecoder:
@@ -154,7 +159,11 @@ class FrameDecoder:
         self._big_fill += len(piece)
         if not piece:
             return
-        if type(piece.obj) is bytes:  # immutable: keep the view, copy once at the end
+        obj = piece.obj
+        if type(obj) is bytes and len(piece) >= _MIN_VIEW and 2 * len(piece) >= len(obj):
+            # Immutable, large, and most of its object: keep the view, copy once at the end.
+            # Small pieces (a peer trickling a frame) are copied, so a partial frame costs
+            # the bytes that arrived, not an object and a view per piece.
             parts.append(piece)
             return
         last = parts[-1] if parts else None

@@ -71,3 +71,10 @@ def check_name(name: str) -> str:
         shown = name if len(name) <= 80 else name[:77] + "..."
         raise InvalidName(f"invalid segment name {shown!r}: {problem}")
     return name
+
+
+# A ReadTableKeys on this virtual table lists segment names (segmentstore's extension:
+# the wire has no listing request). Keys are names (``encode_name``) in byte order,
+# ``TableIteratorArgs.prefix_filter`` restricts them to a prefix, and the continuation
+# token is the last name of the page. The name is reserved: no table of this name exists.
+SEGMENT_LISTING_TABLE: Final = "_system/_segments"

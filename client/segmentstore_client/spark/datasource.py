@@ -121,6 +121,10 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
         opts = ReadOptions.parse(self.options)
         if opts.output == "raw":
             return RAW_SCHEMA
+        if opts.output == "records" and opts.record_format:
+            from .record_formats import FORMAT_RECORDS_SCHEMA
+
+            return FORMAT_RECORDS_SCHEMA
         if opts.output == "records":
             return RECORDS_SCHEMA
         if opts.schema_ddl:

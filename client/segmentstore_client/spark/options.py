@@ -148,6 +148,9 @@ class WriteOptions:
                             packages)
     create         true     create missing target segments
     timeout        600      seconds a task waits for its events to become durable
+    recordFormat   none     write each row's ``key, value, timestamp, headers`` as one
+                            record of this format (``kafka``, ``events``, ``databus``,
+                            ``records``); rows_per_event is then 1
     ============== ======== ============================================================
     """
 
@@ -161,6 +164,7 @@ class WriteOptions:
     compression: str
     create: bool
     timeout: float
+    record_format: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -174,15 +178,16 @@ class WriteOptions:
         if write_id is not None and not write_id.strip():
             raise OptionError("option 'write_id' must not be empty")
         encoding = _choice(options, "encoding", "arrow", ENCODINGS)
+        record_format = _record_format(options)
         return cls(
             endpoint=parse_endpoint(options),
             segments=parse_segments(options),
             write_id=write_id.strip() if write_id is not None else None,
             atomic=_bool(options, "atomic", False),
             encoding=encoding,
-            rows_per_event=_int(
-                options, "rows_per_event", DEFAULT_ROWS_PER_EVENT, 1, MAX_ROWS_PER_EVENT
-            ),
+            rows_per_event=1
+            if record_format
+            else _int(options, "rows_per_event", DEFAULT_ROWS_PER_EVENT, 1, MAX_ROWS_PER_EVENT),
             max_event_bytes=_int(
                 options, "max_event_bytes", DEFAULT_MAX_EVENT_BYTES, 1024, LIMIT_EVENT_BYTES
             ),
@@ -191,6 +196,7 @@ class WriteOptions:
             ),
             create=_bool(options, "create", True),
             timeout=float(_int(options, "timeout", 600, 1, 86_400)),
+            record_format=record_format,
         )
 
     def target_of(self, partition: int) -> str:
@@ -220,6 +226,8 @@ class ReadOptions:
                                  ``{"segment": offset}``
     max_bytes_per_     none      streaming: bytes per micro-batch (snapped to events, at
     trigger                      least one event per segment with data)
+    recordFormat       none      with ``output=records``: decode each event as a record
+                                 of this format (``kafka``, ``events``, ``databus``)
     ================== ========= ========================================================
     """
 
@@ -233,6 +241,7 @@ class ReadOptions:
     end_offset: int | None
     starting_offsets: str
     max_bytes_per_trigger: int | None = None
+    record_format: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -262,7 +271,20 @@ class ReadOptions:
                 if _get(options, "max_bytes_per_trigger") is None
                 else _int(options, "max_bytes_per_trigger", 0, 1, 1 << 40)
             ),
+            record_format=_record_format(options),
         )
+
+
+def _record_format(options: Mapping[str, str]) -> str | None:
+    from .. import formats  # names only: no format module is imported here
+
+    name = _get(options, "recordFormat")
+    if name is None:
+        return None
+    if name.strip() not in formats.names():
+        known = ", ".join(formats.names())
+        raise OptionError(f"option 'recordFormat' must be one of {known}, not {name!r}")
+    return name.strip()
 
 
 # --- identities --------------------------------------------------------------------------

@@ -128,8 +128,9 @@ class EventDecoder:
         for batch in dec.decode("orders/0", events): ...
     """
 
-    def __init__(self, output: str, schema: StructType) -> None:
+    def __init__(self, output: str, schema: StructType, record_format: str | None = None) -> None:
         self.output = output
+        self.record_format = record_format
         self.schema = schema
         self.target = spark_arrow_schema(schema)
         # Offset columns are filled wherever the read schema has them (offset_columns=true
@@ -146,6 +147,10 @@ class EventDecoder:
             return
         if self.output == "raw":
             yield self._raw(segment, events)
+        elif self.output == "records" and self.record_format:
+            from .record_formats import format_batch
+
+            yield format_batch(self.record_format, segment, events, self.target)
         elif self.output == "records":
             yield self._records(segment, events)
         else:
@@ -367,5 +372,5 @@ class SegmentStoreReader(DataSourceReader):  # type: ignore[misc]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         """Arrow batches of one partition."""
-        decoder = EventDecoder(self.options.output, self.schema)
+        decoder = EventDecoder(self.options.output, self.schema, self.options.record_format)
         return read_range(self.options, decoder, partition)

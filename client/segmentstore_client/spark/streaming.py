@@ -269,7 +269,7 @@ class SegmentStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         """The batches of one segment range."""
-        decoder = EventDecoder(self.options.output, self.schema)
+        decoder = EventDecoder(self.options.output, self.schema, self.options.record_format)
         return read_range(self.options, decoder, partition)
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -219,6 +219,11 @@ def arrow_groups(
     """
     from .codec import iter_slices
 
+    if options.record_format:
+        from .record_formats import format_groups
+
+        yield from format_groups(batches, options.record_format)
+        return
     encoder: ArrowEncoder | None = None
     codec = "none" if options.compression == "none" else options.compression
     for slices in iter_slices(batches, options.rows_per_event):

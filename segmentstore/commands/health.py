@@ -1,0 +1,164 @@
+"""``segmentstore health``: is the store serving? For scripts, containers (the
+Dockerfile's HEALTHCHECK) and load balancers.
+
+Three checks, each bounded by ``--timeout``: the Hello exchange; a round trip on a fresh
+scratch segment (create, append one event, read it back equal, delete); and the
+Prometheus ``/metrics`` endpoint answering 200 with segmentstore metrics. Exit code 0
+when all pass, 1 otherwise; a line per check for people, or one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Awaitable
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+import segmentstore_client as sc
+
+from ._cli import Exit, add_global_options, connect, examples, parsed_endpoint, run, timeout
+from ._render import aligned
+
+METRICS_ENV: Final = "SEGMENTSTORE_METRICS_URL"
+DEFAULT_METRICS_PORT: Final = 9091
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "health",
+        help="check that a store serves (exit 0) or not (exit 1)",
+        description="Check a running segment store: the Hello exchange, a write/read round "
+        "trip on a scratch segment, and its /metrics endpoint. Exit code 0 if all pass, 1 "
+        "otherwise.",
+        epilog=examples(
+            "segmentstore health",
+            "segmentstore health --endpoint tcp://10.0.0.5:12345 --timeout 2",
+            "segmentstore health --metrics-url http://127.0.0.1:9100/metrics --json",
+            "segmentstore health --no-metrics || echo unhealthy",
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_global_options(p)
+    p.add_argument(
+        "--metrics-url",
+        help=f"the store's metrics URL (default ${METRICS_ENV} or http://<endpoint "
+        f"host>:{DEFAULT_METRICS_PORT}/metrics)",
+    )
+    p.add_argument("--no-metrics", action="store_true", help="skip the metrics check")
+    p.add_argument("--json", action="store_true", help="one JSON object with every check")
+    p.set_defaults(func=_handler)
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    ms: float | None
+    detail: str
+
+
+def metrics_url(args: argparse.Namespace) -> str:
+    if args.metrics_url:
+        return str(args.metrics_url)
+    if os.environ.get(METRICS_ENV):
+        return os.environ[METRICS_ENV]
+    host = parsed_endpoint(args).host
+    return f"http://{host}:{DEFAULT_METRICS_PORT}/metrics"
+
+
+async def _timed(name: str, step: Awaitable[str], limit: float) -> Check:
+    started = time.perf_counter()
+    try:
+        detail = await asyncio.wait_for(step, limit)
+    except TimeoutError:
+        return Check(name, False, None, f"no answer within {limit:g} s")
+    except Exception as e:
+        return Check(name, False, None, str(e).splitlines()[0] if str(e) else type(e).__name__)
+    return Check(name, True, round((time.perf_counter() - started) * 1000, 2), detail)
+
+
+async def _round_trip(client: sc.Client) -> str:
+    name = f"_health/{uuid.uuid4().hex}/0"
+    payload = f"health {time.time_ns()}".encode()
+    await client.create_segment(name)
+    try:
+        async with client.writer(name) as w:
+            await (await w.write(payload))
+        events = [e.data async for e in client.reader(name)]
+        if events != [payload]:
+            raise RuntimeError(f"read back {events!r} instead of {payload!r}")
+    finally:
+        await client.delete(name, missing_ok=True)
+    return f"created, wrote, read back and deleted {name}"
+
+
+def _get_metrics(url: str, limit: float) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=limit) as reply:
+            body = reply.read(16 << 20).decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{url}: HTTP {e.code}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise RuntimeError(f"{url}: {reason}") from None
+    series = sum(1 for line in body.splitlines() if line.startswith("segmentstore_"))
+    if not series:
+        raise RuntimeError(f"{url}: no segmentstore_ metrics in the answer")
+    return f"{url}: {series} segmentstore series"
+
+
+async def _checks(args: argparse.Namespace) -> list[Check]:
+    limit = timeout(args)
+    checks: list[Check] = []
+    client = connect(args)
+    try:
+        hello = await _timed("hello", _open(client), limit)
+        checks.append(hello)
+        if hello.ok:
+            checks.append(await _timed("round trip", _round_trip(client), limit))
+        else:
+            checks.append(Check("round trip", False, None, "skipped: no connection"))
+    finally:
+        await client.close()
+    if not args.no_metrics:
+        url = metrics_url(args)
+        step = asyncio.to_thread(_get_metrics, url, limit)
+        checks.append(await _timed("metrics", step, limit + 1))
+    return checks
+
+
+async def _open(client: sc.Client) -> str:
+    await client.open()
+    return f"{client.endpoint} answered Hello"
+
+
+def _handler(args: argparse.Namespace) -> int:
+    async def body() -> int:
+        if not args.no_metrics:
+            metrics_url(args)  # a bad endpoint is a usage error, before any check
+        checks = await _checks(args)
+        healthy = all(c.ok for c in checks)
+        if args.json:
+            print(json.dumps({"healthy": healthy, "checks": [asdict(c) for c in checks]}))
+        else:
+            rows = [
+                (
+                    "ok" if c.ok else "FAIL",
+                    c.name,
+                    "-" if c.ms is None else f"{c.ms:.1f} ms",
+                    c.detail,
+                )
+                for c in checks
+            ]
+            print(aligned(("", "CHECK", "TIME", "DETAIL"), rows).lstrip("\n"))
+            print("healthy" if healthy else "unhealthy")
+        return Exit.OK if healthy else Exit.FAILED
+
+    return run(args, body)

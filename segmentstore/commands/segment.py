@@ -1,0 +1,214 @@
+"""``segmentstore segment ...``: create, inspect, change, read, write, import and export
+segments of a running store, through the SDK.
+
+The administration commands live here; reading (``cat``, ``tail``), writing and
+import/export are in the private modules this one registers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from segmentstore_client.protocol.names import encode_name
+
+from . import _segment_io, _segment_read, _segment_write
+from ._cli import (
+    CliError,
+    Exit,
+    add_global_options,
+    add_leaf,
+    command,
+    connect,
+    examples,
+    segment_name,
+    status,
+)
+from ._render import aligned, iso_ms, parse_from, text_line
+
+EXIT_CODE_HELP = """exit codes:
+  0 ok           3 unreachable   4 no such segment/table   5 already exists
+  6 sealed       7 offset outside the readable range   8 condition failed
+  9 no such key  10 timeout      11 connection lost   12 bad data
+  13 other server refusal   14 local file error   2 bad arguments   130 Ctrl-C"""
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "segment",
+        help="create, inspect, read and write segments",
+        description="Work with the segments of a running segment store.",
+        epilog=examples(
+            "segmentstore segment create demo/0",
+            "segmentstore segment write demo/0 hello world",
+            "segmentstore segment cat demo/0 --json",
+            "segmentstore segment tail -f demo/0",
+            "segmentstore segment info demo/0",
+        )
+        + "\n\n"
+        + EXIT_CODE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_global_options(p)
+    sub = p.add_subparsers(dest="segment_command", required=True, metavar="COMMAND")
+
+    c = add_leaf(
+        sub,
+        "create",
+        "create an empty segment",
+        "Create an empty segment.",
+        ("segmentstore segment create demo/0", "segmentstore segment create demo/0 --exist-ok"),
+    )
+    c.add_argument("segment", type=segment_name)
+    c.add_argument("--exist-ok", action="store_true", help="no error if it exists")
+    c.set_defaults(func=command(_create))
+
+    i = add_leaf(
+        sub,
+        "info",
+        "length, start offset, event count, sealed flag of segments",
+        "Show what the store knows about one or more segments, as an aligned table or as "
+        "JSON lines (one object per segment).",
+        ("segmentstore segment info demo/0", "segmentstore segment info demo/0 demo/1 --json"),
+    )
+    i.add_argument("segments", nargs="+", type=segment_name, metavar="segment")
+    i.add_argument("--json", action="store_true", help="one JSON object per segment and line")
+    i.set_defaults(func=command(_info))
+
+    s = add_leaf(
+        sub,
+        "seal",
+        "seal a segment (no more appends)",
+        "Seal a segment: appends are refused afterwards and readers stop at its end.",
+        ("segmentstore segment seal demo/0",),
+    )
+    s.add_argument("segment", type=segment_name)
+    s.set_defaults(func=command(_seal))
+
+    t = add_leaf(
+        sub,
+        "truncate",
+        "drop the data before an offset",
+        "Drop the data before OFFSET (an event boundary: an offset printed by "
+        "`cat --json`, or a saved position JSON).",
+        (
+            "segmentstore segment truncate demo/0 4096",
+            "segmentstore segment truncate demo/0 end",
+        ),
+    )
+    t.add_argument("segment", type=segment_name)
+    t.add_argument("offset", help="offset, position JSON or 'end'")
+    t.set_defaults(func=command(_truncate))
+
+    d = add_leaf(
+        sub,
+        "delete",
+        "delete a segment",
+        "Delete a segment and its data.",
+        ("segmentstore segment delete demo/0", "segmentstore segment delete demo/0 --missing-ok"),
+    )
+    d.add_argument("segment", type=segment_name)
+    d.add_argument("--missing-ok", action="store_true", help="no error if it does not exist")
+    d.set_defaults(func=command(_delete))
+
+    m = add_leaf(
+        sub,
+        "merge",
+        "append a segment to another and delete it",
+        "Append all of SOURCE to TARGET atomically and delete SOURCE (how transactions "
+        "commit; seal SOURCE first so that nothing is appended to it meanwhile). Prints "
+        "the target's new length.",
+        (
+            "segmentstore segment seal demo/0#txn",
+            "segmentstore segment merge demo/0 demo/0#txn",
+        ),
+    )
+    m.add_argument("target", type=segment_name)
+    m.add_argument("source", type=segment_name)
+    m.set_defaults(func=command(_merge))
+
+    _segment_read.add_parsers(sub)
+    _segment_write.add_parsers(sub)
+    _segment_io.add_parsers(sub)
+
+
+async def _create(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        created = await client.create_segment(args.segment, exist_ok=args.exist_ok)
+    status(args, f"created {args.segment}" if created else f"{args.segment} exists already")
+    return Exit.OK
+
+
+async def _info(args: argparse.Namespace) -> int:
+    rows: list[dict[str, Any]] = []
+    async with connect(args) as client:
+        for name in args.segments:
+            info = await client.segment_info(name)
+            rows.append(
+                {
+                    "segment": info.name,
+                    "length": info.length,
+                    "start_offset": info.start_offset,
+                    "events": await client.event_count(name),
+                    "sealed": info.sealed,
+                    "last_modified_ms": info.last_modified,
+                    "last_modified": iso_ms(info.last_modified),
+                }
+            )
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, separators=(",", ":")))
+        return Exit.OK
+    headers = ("SEGMENT", "LENGTH", "START", "EVENTS", "SEALED", "MODIFIED")
+    table = [
+        (
+            text_line(encode_name(r["segment"])),  # names may hold bidi and other format marks
+            r["length"],
+            r["start_offset"],
+            r["events"],
+            "yes" if r["sealed"] else "no",
+            r["last_modified"],
+        )
+        for r in rows
+    ]
+    print(aligned(headers, table))
+    return Exit.OK
+
+
+async def _seal(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        await client.seal(args.segment)
+    status(args, f"sealed {args.segment}")
+    return Exit.OK
+
+
+async def _truncate(args: argparse.Namespace) -> int:
+    where = parse_from(args.offset, args.segment)
+    async with connect(args) as client:
+        if isinstance(where, str):
+            info = await client.segment_info(args.segment)
+            offset = info.length if where == "end" else info.start_offset
+        else:
+            offset = where
+        await client.truncate(args.segment, offset)
+    status(args, f"truncated {args.segment} before offset {offset}")
+    return Exit.OK
+
+
+async def _delete(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        deleted = await client.delete(args.segment, missing_ok=args.missing_ok)
+    status(args, f"deleted {args.segment}" if deleted else f"{args.segment} did not exist")
+    return Exit.OK
+
+
+async def _merge(args: argparse.Namespace) -> int:
+    if args.target == args.source:
+        raise CliError("a segment cannot be merged into itself", Exit.USAGE)
+    async with connect(args) as client:
+        length = await client.merge(args.target, args.source)
+    sys.stdout.write(f"{length}\n")
+    status(args, f"merged {args.source} into {args.target}")
+    return Exit.OK

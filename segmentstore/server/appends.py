@@ -1,0 +1,277 @@
+"""The append path of one connection (reference section 7): append sessions per writer,
+appends handed to the store, acknowledgements in order, and append backpressure.
+
+Each writer's session follows the transition table of ``append_session.py``: this module
+classifies what happens (SetupAppend answered, data new / resent / repeated, the store's
+outcome) into an event, asks ``step`` for the action, and carries it out.
+
+Appends never get a task of their own: the store returns a future per append and a
+done-callback acknowledges it, so acknowledgements leave in commit order. Each writer's
+appends are handled from the head of its queue only, so acknowledgements and the error
+that ends a session leave in submission order even though the store fails a doomed append
+(e.g. on a sealed segment) at once, while earlier ones are still on their way to disk.
+
+Backpressure: the bytes of appends not yet durable are charged to the connection (bound
+``connection_inflight_bytes``) and to the store-wide inflight budget; over either, the
+connection stops reading its socket until the log catches up (resumes at half).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from segmentstore_client.errors import RemoteProtocolError
+from segmentstore_client.protocol import (
+    Append,
+    AppendBlockEnd,
+    AppendSetup,
+    Command,
+    ConditionalAppend,
+    ConditionalBlockEnd,
+    ConditionalCheckFailed,
+    DataAppended,
+    ErrorMessage,
+    InvalidEventNumber,
+    NoSuchSegment,
+    OperationUnsupported,
+    SegmentIsSealed,
+    SetupAppend,
+    encode,
+)
+
+from ..storage import (
+    NULL_ATTRIBUTE_VALUE,
+    SEGMENT_TYPE_TABLE,
+    AppendResult,
+    BadAttributeUpdate,
+    BadOffset,
+    SegmentNotFound,
+    SegmentSealed,
+    StorageError,
+)
+from .append_session import Action, Event, Session, SessionViolation, classify, step
+from .errors import UNSPECIFIED
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+log = logging.getLogger("segmentstore.server")
+
+
+class WriterState:
+    """One writer's append session on this connection (reference 7.6)."""
+
+    __slots__ = ("drain", "last_acked", "last_stored", "queue", "segment", "session", "setup")
+
+    def __init__(
+        self, segment: str, last: int, on_done: Callable[[WriterState, object], None]
+    ) -> None:
+        self.segment = segment
+        self.session = Session.OPEN
+        self.setup = last  # the event number AppendSetup returned: durable before we began
+        self.last_stored = last  # highest event number submitted to the store
+        self.last_acked = last  # highest event number acknowledged
+        self.queue: deque[tuple[asyncio.Future[AppendResult], Append, float]] = deque()
+        # Done-callback of every append future of this writer (one object, made once).
+        self.drain: Callable[[object], None] = functools.partial(on_done, self)
+
+    @property
+    def failed(self) -> bool:
+        return self.session is not Session.OPEN
+
+    def step(self, event: Event) -> Action:
+        self.session, action = step(self.session, event)
+        return action
+
+
+class Appends:
+    """The append sessions of one connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.store = conn.store
+        self.metrics = conn.metrics
+        self.writers: dict[uuid.UUID, WriterState] = {}
+        self.inflight_bytes = 0
+        self.inflight_limit = conn.server.config.connection_inflight_bytes
+        self.budget = conn.server.inflight_budget
+        self.paused = False  # reading paused until enough appends are durable
+
+    def setup(self, command: SetupAppend) -> None:
+        conn = self.conn
+        writer, segment = command.writer_id, command.segment
+        conn.assembler.setup(writer, segment)
+        old = self.writers.pop(writer, None)
+        previous = old.session if old is not None else Session.NEW
+        try:
+            info = self.store.info(segment)
+            last = self.store.get_attribute(segment, writer)
+        except StorageError as e:
+            step(previous, Event.SETUP_REFUSED)
+            conn.fail(command, e)
+            return
+        if info.segment_type & SEGMENT_TYPE_TABLE:
+            # Only the table layer writes a table segment's entry log.
+            step(previous, Event.SETUP_REFUSED)
+            conn.reply(OperationUnsupported(command.request_id, "appending to a table segment", ""))
+            return
+        step(previous, Event.SETUP)
+        self.writers[writer] = WriterState(segment, last, self._drain)
+        conn.send(encode(AppendSetup(command.request_id, segment, writer, last)))
+
+    def precheck(self, command: Command) -> bool:
+        """Before the assembler sees a data command: an event number going back below one
+        this session already sent is REPEATED (InvalidEventNumber and close). Returns
+        False when the command was rejected."""
+        if isinstance(command, AppendBlockEnd):
+            number = command.last_event_number
+        elif isinstance(command, ConditionalAppend | ConditionalBlockEnd):
+            number = command.event_number
+        else:
+            return True
+        state = self.writers.get(command.writer_id)
+        if state is None or state.last_stored <= state.setup or number >= state.last_stored:
+            return True
+        state.step(Event.REPEATED)
+        self._reject(state, command.writer_id, command.request_id, number)
+        return False
+
+    def _reject(self, state: WriterState, writer: uuid.UUID, rid: int, number: int) -> None:
+        if self.writers.get(writer) is state:
+            del self.writers[writer]
+        self.conn.reply(InvalidEventNumber(writer, rid, "", number))
+        self.conn.close()
+
+    def append(self, append: Append) -> None:
+        state = self.writers.get(append.writer_id)
+        if state is None or state.segment != append.segment:
+            raise RemoteProtocolError(f"data for writer {append.writer_id} with no append session")
+        number = append.event_number
+        try:
+            action = state.step(classify(number, state.setup, state.last_stored))
+        except SessionViolation as e:
+            raise RemoteProtocolError(f"writer {append.writer_id}: {e}") from e
+        if action is Action.REJECT:
+            self._reject(state, append.writer_id, append.request_id, number)
+            return
+        if action is Action.ACK_WITHOUT_STORING:
+            future: asyncio.Future[AppendResult] = self.conn.loop.create_future()
+            future.set_result(AppendResult(self.store.info(append.segment).length, True))
+        else:
+            state.last_stored = number
+            future = self.store.append(
+                append.segment,
+                append.data,
+                writer_id=append.writer_id,
+                event_number=number,
+                event_count=append.event_count,
+                expected_offset=append.expected_offset,
+            )
+        size = len(append.data)
+        self.inflight_bytes += size
+        self.budget.charge(size)
+        if not self.paused and (
+            self.inflight_bytes > self.inflight_limit
+            or (self.budget.over and self.inflight_bytes > self.budget.floor)
+        ):
+            self.paused = True  # the socket pauses when the dispatch loop ends (process)
+        state.queue.append((future, append, time.perf_counter()))
+        future.add_done_callback(state.drain)
+
+    def _drain(self, state: WriterState, _: object = None) -> None:
+        """Handle the writer's finished appends from the head of its queue, in order."""
+        queue = state.queue
+        while queue and queue[0][0].done():
+            future, append, started = queue.popleft()
+            self.inflight_bytes -= len(append.data)
+            self.budget.charge(-len(append.data))
+            if not future.cancelled():
+                exc = future.exception()
+                if exc is None:
+                    self.appended(state, append, future.result(), started)
+                else:
+                    self.failed(state, append, exc)
+        if self.paused and self.inflight_bytes <= self.inflight_limit // 2:
+            if not self.budget.over or self.inflight_bytes <= self.budget.floor:
+                self.paused = False
+                self.conn.process()
+            else:
+                self.budget.wait(self, self._drain_budget)
+
+    def _drain_budget(self) -> None:
+        if self.paused and not self.conn.closed:
+            self.paused = False
+            self.conn.process()
+
+    def release(self) -> None:
+        """The connection is gone: give its inflight bytes back to the store-wide budget
+        (the appends themselves still complete; their acks have nowhere to go)."""
+        self.budget.forget(self)
+        for state in self.writers.values():
+            state.step(Event.LOST)
+
+    def appended(
+        self, state: WriterState, append: Append, result: AppendResult, started: float
+    ) -> None:
+        m = self.metrics
+        if result.duplicate:
+            m.duplicate_appends += 1
+        else:
+            m.appends += 1
+            m.events += append.event_count
+            m.append_bytes += len(append.data)
+        m.append_latency.observe(time.perf_counter() - started)
+        if state.step(Event.STORED) is Action.DROP:
+            return
+        number = append.event_number
+        if number > state.last_acked:
+            previous, state.last_acked = state.last_acked, number
+        elif number <= state.setup:  # resent after AppendSetup: durable already, say so
+            previous = max(NULL_ATTRIBUTE_VALUE, number - append.event_count)
+        else:
+            return
+        ack = DataAppended(append.writer_id, number, previous, append.request_id, result.new_length)
+        self.conn.send(encode(ack))
+
+    def failed(self, state: WriterState, append: Append, exc: BaseException) -> None:
+        conn = self.conn
+        writer, rid, number = append.writer_id, append.request_id, append.event_number
+        if isinstance(exc, BadOffset):
+            if state.step(Event.CONDITION_FAILED) is Action.DROP:
+                return
+            # The writer stays set up; its next append is judged on what is durable, so
+            # the number the failed append used may be sent again.
+            in_flight = [a.event_number for _, a, _ in state.queue]
+            state.last_stored = max([state.last_acked, *in_flight])
+            self.metrics.errors["ConditionalCheckFailed"] += 1
+            conn.send(encode(ConditionalCheckFailed(writer, number, rid)))
+            return
+        fenced = isinstance(exc, BadAttributeUpdate)
+        if state.step(Event.FENCED if fenced else Event.STORE_FAILED) is Action.DROP:
+            return  # only the earliest failure of a session is reported
+        if self.writers.get(writer) is state:
+            del self.writers[writer]
+            conn.assembler.forget(writer)
+        if isinstance(exc, SegmentSealed):
+            conn.reply(SegmentIsSealed(rid, append.segment, "", number))
+        elif isinstance(exc, SegmentNotFound):
+            conn.reply(NoSuchSegment(rid, append.segment, "", -1))
+        elif fenced:
+            conn.reply(InvalidEventNumber(writer, rid, "", number))
+            conn.close()
+        else:
+            # A full disk, an I/O error, the store closing: the writer's session ends with
+            # an ErrorMessage (code UNSPECIFIED; the connection stays up for reads). The
+            # client reconnects, learns what is durable from AppendSetup and resends.
+            if isinstance(exc, StorageError) and exc.retriable:
+                log.warning("append to %s failed: %s", append.segment, exc)
+            elif not isinstance(exc, StorageError):
+                log.error("append to %s failed", append.segment, exc_info=exc)
+            conn.reply(ErrorMessage(rid, append.segment, f"append failed: {exc}", UNSPECIFIED))

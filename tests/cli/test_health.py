@@ -1,0 +1,59 @@
+"""``segmentstore health`` against a real server, a dead port and a mute peer."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from .conftest import run_cli
+from .test_segment import mute_server
+
+if TYPE_CHECKING:
+    from conftest import ServerProcess  # tests/conftest.py
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_health_of_a_serving_store(module_server: ServerProcess) -> None:
+    metrics = f"http://127.0.0.1:{module_server.http_port}/metrics"
+    r = run_cli("health", "--metrics-url", metrics, endpoint=module_server.endpoint)
+    assert r.returncode == 0, r.stdout
+    out = r.stdout.decode().splitlines()
+    assert [x.split()[:2] for x in out[1:4]] == [
+        ["ok", "hello"],
+        ["ok", "round"],
+        ["ok", "metrics"],
+    ]
+    assert out[-1] == "healthy"
+    r = run_cli("health", "--json", endpoint=module_server.endpoint)
+    assert r.returncode == 1  # the default metrics port 9091 is not this server's
+    report = json.loads(r.stdout)
+    assert report["healthy"] is False
+    assert [(c["name"], c["ok"]) for c in report["checks"]] == [
+        ("hello", True),
+        ("round trip", True),
+        ("metrics", False),
+    ]
+
+
+def test_health_fails_fast_on_a_dead_or_mute_store() -> None:
+    port = _free_port()
+    t0 = time.monotonic()
+    r = run_cli("health", "--endpoint", f"tcp://127.0.0.1:{port}", "--json", "--timeout", "2")
+    assert r.returncode == 1 and time.monotonic() - t0 < 10
+    report = json.loads(r.stdout)
+    assert not report["healthy"] and "could not connect" in report["checks"][0]["detail"]
+    with mute_server() as ep:  # answers Hello, then never a request: the round trip fails
+        t0 = time.monotonic()
+        r = run_cli("health", "--endpoint", ep, "--no-metrics", "--timeout", "1")
+        assert r.returncode == 1 and time.monotonic() - t0 < 10
+        lines = r.stdout.decode().splitlines()
+        assert lines[1].split()[:2] == ["ok", "hello"]
+        assert lines[2].split()[:3] == ["FAIL", "round", "trip"]
+        assert lines[-1] == "unhealthy"
