@@ -149,7 +149,11 @@ class HttpServer:
             handler: asyncio.Protocol = _Handler(tracker, server, loop=loop, **kwargs)
             return handler
 
-        self._listener = await loop.create_server(factory, host, port, backlog=BACKLOG)
+        try:
+            self._listener = await loop.create_server(factory, host, port, backlog=BACKLOG)
+        except OSError:
+            await self._runner.cleanup()
+            raise
         self.port = int(self._listener.sockets[0].getsockname()[1])
         self._sweeper = loop.create_task(self._sweep_loop())
         return self.port
