@@ -30,6 +30,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.completion",
     "segmentstore.commands.transfer",
     "segmentstore.commands.check",
+    "segmentstore.commands.relay_schema",
 )
 
 

@@ -32,6 +32,8 @@ class ServerConfig:
     fsync_interval_ms: int = 100
     http_host: str = "127.0.0.1"
     http_port: int = 9091  # 0 = any free port is not useful for scraping; -1 disables
+    http_max_connections: int = 1024  # HTTP (/metrics, relay) connections open at once
+    http_idle_timeout_s: float = 30.0  # an HTTP connection with no request in flight closes
     log_level: str = "INFO"
     containers: int = 1
     max_connections: int = 0  # 0: derived from the fd limit (RLIMIT_NOFILE - reserve)
@@ -90,6 +92,8 @@ class ServerConfig:
                 raise ConfigError(f"{name} must be at least 1")
         if self.max_connections < 0 or self.fd_reserve < 0:
             raise ConfigError("max_connections and fd_reserve must be 0 (automatic) or more")
+        if self.http_max_connections < 1 or self.http_idle_timeout_s <= 0:
+            raise ConfigError("http max connections and idle timeout must be positive")
         return self
 
 

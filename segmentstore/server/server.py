@@ -31,7 +31,7 @@ from .budget import Budget
 from .connection import Connection
 from .context import HandlerTable, ServerContext
 from .listing import LISTING_HANDLERS
-from .metrics import Metrics, serve_metrics
+from .metrics import Metrics
 from .resources import (
     connection_cap,
     default_read_cache_mb,
@@ -189,16 +189,17 @@ class Server:
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         if c.http_port >= 0:
+            from ..relay import start_http  # /metrics and the Databus relay, on this loop
+
             try:
-                self._metrics_server, self.metrics_port = serve_metrics(
-                    self.ctx.metrics, c.http_host, c.http_port
-                )
+                self._metrics_server = await start_http(self.ctx, c)
             except OSError as e:
                 self._listener.close()
                 why = _why(e)
                 raise StartupError(
                     f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
                 ) from e
+            self.metrics_port = self._metrics_server.port
 
     def _new_connection(self) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
@@ -282,6 +283,8 @@ class Server:
             self._sweeper.cancel()
         if self.controller is not None:
             await self.controller.stop()
+        if self._metrics_server is not None:
+            await self._metrics_server.close()
         for conn in list(self.connections):
             if conn.transport is not None and not conn.closed:
                 conn.transport.pause_reading()
@@ -295,8 +298,6 @@ class Server:
             await asyncio.wait([task], timeout=5)
         await self.ctx.tables.close()
         await self.ctx.store.close()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
         log.info("stopped cleanly")
 
 
