@@ -32,6 +32,7 @@ A format object must offer ``name``, ``encode(value, key=None, **fields) -> byte
 
 from __future__ import annotations
 
+import abc
 import importlib
 import json
 import threading
@@ -50,7 +51,7 @@ class Columns(NamedTuple):
     headers: dict[str, bytes]
 
 
-class RecordFormat:
+class RecordFormat(abc.ABC):
     """Base of a format: subclass it and override :meth:`encode`, :meth:`decode` and
     :meth:`to_dict` (and :meth:`encode_record` when records are not plain bytes).
 
@@ -66,8 +67,9 @@ class RecordFormat:
 
     name: str = ""
 
+    @abc.abstractmethod
     def encode(self, value: bytes | None, key: bytes | None = None, **fields: Any) -> bytes:
-        raise NotImplementedError
+        """The bytes of one record built from its fields."""
 
     def encode_record(self, record: Any) -> bytes:
         """The bytes of an already built record (as :meth:`decode` returns)."""
@@ -77,8 +79,9 @@ class RecordFormat:
         data: bytes = encode()
         return data
 
+    @abc.abstractmethod
     def decode(self, payload: bytes) -> Any:
-        raise NotImplementedError
+        """The record an event holds; a damaged event raises the format's named error."""
 
     def to_dict(self, record: Any) -> dict[str, Any]:
         d: dict[str, Any] = record.to_dict()
