@@ -565,14 +565,30 @@ def chart(rows: list[dict[str, Any]], path: Path) -> None:
         print(f"no chart: matplotlib is not available ({e})", file=sys.stderr)
         return
     labels = [r["label"].replace(", ", ",\n") for r in rows]
-    fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.5))
+    big = [r for r in rows if r.get("big_mbps")]
+    fig, axes = plt.subplots(
+        1, 2 if big else 1, figsize=(15 if big else 10, 0.6 * len(rows) + 1.5), squeeze=False
+    )
+    ax = axes[0][0]
     y = range(len(rows))
     ax.barh([i + 0.2 for i in y], [r["e2e_p99_ms"] or 0 for r in rows], 0.4, label="p99")
     ax.barh([i - 0.2 for i in y], [r["e2e_p50_ms"] or 0 for r in rows], 0.4, label="p50")
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("publish -> tailing consumer, ms (median of rounds)")
+    ax.set_xlabel("100 B, publish -> tailing consumer, ms (median of rounds)")
     ax.legend()
+    if big:
+        bx = axes[0][1]
+        names = [r["label"].replace(", ", ",\n") for r in big]
+        rates = [r["big_mbps"] for r in big]
+        for r in big:
+            if r.get("raw_mbps"):
+                names.append("this store, raw protocol")
+                rates.append(r["raw_mbps"])
+        bx.barh(range(len(rates)), rates, 0.6, color="tab:green")
+        bx.set_yticks(list(range(len(rates))), names, fontsize=8)
+        bx.invert_yaxis()
+        bx.set_xlabel("64 KiB events, batch API, MB/s to the last ack (median of rounds)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
