@@ -4,9 +4,11 @@ append latency, and the commit loop's stages from /metrics.
 Starts a server (fsync=always unless --fsync), writes --events events of --size bytes one
 at a time through the SDK (the next only after the previous ack; --interval-ms pauses
 between them), then scrapes ``segmentstore_commit_stage_seconds`` and
-``segmentstore_append_latency_seconds``. The SDK figures are exact percentiles; the
-server's are bucket upper bounds (the histograms' resolution) and means. What is left of
-the SDK's ack time after the server's append latency is the client and the loopback.
+``segmentstore_append_latency_seconds``. A follow reader on its own connection (same
+process) gives write() -> tail reader woken; the server wakes tail reads before it acks,
+so this is usually below the ack time. The SDK figures are exact percentiles; the server's
+are bucket upper bounds (the histograms' resolution) and means. What is left of the SDK's
+ack time after the server's append latency is the client and the loopback.
 
     .venv/bin/python scripts/bench_latency.py                      # 2000 events, 100 B
     .venv/bin/python scripts/bench_latency.py --interval-ms 1 --events 1000
@@ -55,20 +57,46 @@ def bucket_quantile(m: dict[str, float], family: str, label: str, q: float) -> f
     return next((b for b, c in rows if c >= q * total), float("nan"))
 
 
-async def write_lone_events(endpoint: str, n: int, size: int, interval: float) -> list[float]:
+async def write_lone_events(
+    endpoint: str, n: int, size: int, interval: float
+) -> tuple[list[float], list[float]]:
+    """(write() -> ack, write() -> tail reader woken) of n events; the reader is a follow
+    reader on its own connection in this process."""
     acks: list[float] = []
-    async with sc.connect(endpoint) as client:
+    started_at: list[float] = []
+    woken_at: list[float] = []
+    async with sc.connect(endpoint) as client, sc.connect(endpoint) as tail_client:
         name = "latency/lone/0"
         await client.create_segment(name, exist_ok=True)
+        reader = tail_client.reader(name, follow=True)
+
+        async def tail() -> None:
+            async for _event in reader:
+                woken_at.append(time.perf_counter())
+                if len(woken_at) >= n:
+                    return
+
+        tailing = asyncio.ensure_future(tail())
         async with client.writer(name) as w:
             await w.start()
             for _ in range(n):
-                t = time.perf_counter()
+                started_at.append(time.perf_counter())
                 await (await w.write(b"x" * size))
-                acks.append(time.perf_counter() - t)
+                acks.append(time.perf_counter() - started_at[-1])
                 if interval:
                     await asyncio.sleep(interval)
-    return sorted(acks)
+        await asyncio.wait_for(tailing, 30)
+        await reader.close()
+    wake = [w - t for w, t in zip(woken_at, started_at, strict=True)]
+    return sorted(acks), sorted(wake)
+
+
+def line(what: str, xs: list[float]) -> str:
+    us = 1e6
+    return (
+        f"{what:<25} p50 {xs[len(xs) // 2] * us:7.0f} us   "
+        f"p99 {xs[int(len(xs) * 0.99)] * us:7.0f} us   mean {sum(xs) / len(xs) * us:6.0f} us"
+    )
 
 
 def main() -> None:
@@ -82,7 +110,7 @@ def main() -> None:
         proc = ServerProcess(Path(data_dir), ["--fsync", args.fsync])
         proc.start()
         try:
-            acks = asyncio.run(
+            acks, wake = asyncio.run(
                 write_lone_events(proc.endpoint, args.events, args.size, args.interval_ms / 1000)
             )
             m = scrape(proc.http_port)
@@ -90,10 +118,8 @@ def main() -> None:
             proc.stop()
     us = 1e6
     print(f"fsync={args.fsync}, {args.events} events of {args.size} B one at a time")
-    print(
-        f"SDK write() -> ack        p50 {acks[len(acks) // 2] * us:7.0f} us   "
-        f"p99 {acks[int(len(acks) * 0.99)] * us:7.0f} us   mean {sum(acks) / len(acks) * us:6.0f} us"
-    )
+    print(line("SDK write() -> ack", acks))
+    print(line("write() -> tail reader", wake))
     fam = "segmentstore_append_latency_seconds"
     mean = m[fam + "_sum"] / max(1.0, m[fam + "_count"])
     print(
