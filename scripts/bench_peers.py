@@ -29,6 +29,11 @@ message. Output: a Markdown table on stdout and in OUT/peers.md, OUT/peers.json,
 OUT/peers.png.
 
     .venv/bin/python scripts/bench_peers.py                    # 5 rounds x 2000 events, 100 B
+
+Each round also sends --big-events (default 1000) events of 64 KiB through each system's
+batch API (this store: SDK ``write_many``, and the raw protocol with pre-framed blocks as
+``scripts/bench_client.py`` does, for the SDK's share of it; NATS: 64 publishes in flight;
+Redis: pipelines of 64 XADD) and reports MB/s to the last ack, same durability per system.
     .venv/bin/python scripts/bench_peers.py --rounds 3 --events 500 --only segmentstore,redis
 """
 
@@ -56,6 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from bench_client import raw_write  # noqa: E402
 from bench_client import server as store_server  # noqa: E402
 
 DEFAULT_PEERS_DIR = Path.home() / ".cache" / "segmentstore-bench-peers"
@@ -157,6 +163,8 @@ class System:
     background_segments: int = 0
     samples_ack: list[list[float]] = field(default_factory=list)
     samples_e2e: list[list[float]] = field(default_factory=list)
+    big_mbps: list[float] = field(default_factory=list)  # 64 KiB write_many, per round
+    raw_mbps: list[float] = field(default_factory=list)  # this store's raw protocol, per round
 
 
 def stamp(seq: int, size: int) -> bytes:
@@ -330,6 +338,67 @@ def one_round(sys_: System, n: int, size: int, interval: float, peers_py: str) -
     sys_.samples_e2e.append(got)
 
 
+# -- large events, batched: each system's own batch API ------------------------------------
+
+BIG = 64 * 1024
+PIPELINE = 64  # NATS publishes in flight / Redis XADDs per pipeline
+
+
+async def write_big(sys_: System, name: str, payloads: list[bytes]) -> float:
+    """Send every payload with the system's batch API; seconds until the last ack."""
+    if sys_.kind == "segmentstore":
+        import segmentstore_client as sc
+
+        async with sc.connect(sys_.address) as client, client.writer(name) as w:
+            await w.start()
+            t0 = time.perf_counter()
+            await w.write_many(payloads)
+            await w.flush()
+            return time.perf_counter() - t0
+    if sys_.kind == "nats":
+        import nats
+
+        nc = await nats.connect(sys_.address)
+        try:
+            js = nc.jetstream()
+            t0 = time.perf_counter()
+            for i in range(0, len(payloads), PIPELINE):
+                await asyncio.gather(*(js.publish(name, p) for p in payloads[i : i + PIPELINE]))
+            return time.perf_counter() - t0
+        finally:
+            await nc.close()
+    import redis.asyncio as aredis
+
+    r = aredis.Redis.from_url(sys_.address)
+    try:
+        t0 = time.perf_counter()
+        for i in range(0, len(payloads), PIPELINE):
+            pipe = r.pipeline(transaction=False)
+            for p in payloads[i : i + PIPELINE]:
+                pipe.xadd(name, {"d": p})
+            await pipe.execute()
+        return time.perf_counter() - t0
+    finally:
+        await r.aclose()
+
+
+def big_round(sys_: System, n: int) -> None:
+    """One 64 KiB throughput sample for sys_ (and the raw protocol for this store)."""
+    payloads = [os.urandom(16) * (BIG // 16) for _ in range(min(n, 64))]
+    payloads = (payloads * (n // len(payloads) + 1))[:n]
+    mb = n * BIG / 1e6
+    name = f"big{uuid.uuid4().hex[:12]}"
+    if sys_.kind == "segmentstore":
+        name = f"peers/{name}/0"
+        _prepare_segment(sys_.address, name)
+        raw_name = name.replace("/0", "-raw/0")
+        _prepare_segment(sys_.address, raw_name)
+        sys_.raw_mbps.append(mb / asyncio.run(raw_write(sys_.address, raw_name, payloads)))
+    elif sys_.kind == "nats":
+        asyncio.run(_prepare_nats(sys_.address, name))
+    sys_.big_mbps.append(mb / asyncio.run(write_big(sys_, name, payloads)))
+
+
 def _prepare_segment(address: str, name: str) -> None:
     import segmentstore_client as sc
 
@@ -428,6 +497,9 @@ def summarize(sys_: System) -> dict[str, Any]:
         return [pct(r, p) for r in samples]
 
     out: dict[str, Any] = {"label": sys_.label, "durable": sys_.durable}
+    for key, rates in (("big_mbps", sys_.big_mbps), ("raw_mbps", sys_.raw_mbps)):
+        out[key] = statistics.median(rates) if rates else None
+        out[key.replace("_mbps", "_range_mbps")] = [min(rates), max(rates)] if rates else None
     for what, samples in (("ack", sys_.samples_ack), ("e2e", sys_.samples_e2e)):
         for p in (50, 99):
             vals = per_round(samples, p)
@@ -455,6 +527,31 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"| {r['label']} | {'yes' if r['durable'] else 'no'} | {cell(r, 'e2e_p50_ms')} | "
             f"{cell(r, 'e2e_p99_ms')} | {cell(r, 'ack_p50_ms')} | {cell(r, 'ack_p99_ms')} |"
         )
+    big = [r for r in rows if r.get("big_mbps")]
+    if big:
+        lines += [
+            "",
+            f"64 KiB events, {args.big_events} per round through each system's batch API "
+            f"(this store: SDK `write_many`; NATS: {PIPELINE} publishes in flight; Redis: "
+            f"pipelines of {PIPELINE} XADD); median MB/s over rounds (range).",
+            "",
+            "| system | durable at ack | 64 KiB MB/s |",
+            "|---|---|---:|",
+        ]
+        for r in big:
+            rng = r["big_range_mbps"]
+            lines.append(
+                f"| {r['label']} | {'yes' if r['durable'] else 'no'} | "
+                f"{r['big_mbps']:.0f} ({rng[0]:.0f}-{rng[1]:.0f}) |"
+            )
+            if r.get("raw_mbps"):
+                rng = r["raw_range_mbps"]
+                share = 100 * r["big_mbps"] / r["raw_mbps"]
+                lines.append(
+                    f"| {r['label']}, raw protocol (pre-framed blocks, bench_client.py's "
+                    f"raw_write); SDK = {share:.0f} % of it | yes | "
+                    f"{r['raw_mbps']:.0f} ({rng[0]:.0f}-{rng[1]:.0f}) |"
+                )
     return "\n".join(lines)
 
 
@@ -468,14 +565,30 @@ def chart(rows: list[dict[str, Any]], path: Path) -> None:
         print(f"no chart: matplotlib is not available ({e})", file=sys.stderr)
         return
     labels = [r["label"].replace(", ", ",\n") for r in rows]
-    fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.5))
+    big = [r for r in rows if r.get("big_mbps")]
+    fig, axes = plt.subplots(
+        1, 2 if big else 1, figsize=(15 if big else 10, 0.6 * len(rows) + 1.5), squeeze=False
+    )
+    ax = axes[0][0]
     y = range(len(rows))
     ax.barh([i + 0.2 for i in y], [r["e2e_p99_ms"] or 0 for r in rows], 0.4, label="p99")
     ax.barh([i - 0.2 for i in y], [r["e2e_p50_ms"] or 0 for r in rows], 0.4, label="p50")
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("publish -> tailing consumer, ms (median of rounds)")
+    ax.set_xlabel("100 B, publish -> tailing consumer, ms (median of rounds)")
     ax.legend()
+    if big:
+        bx = axes[0][1]
+        names = [r["label"].replace(", ", ",\n") for r in big]
+        rates = [r["big_mbps"] for r in big]
+        for r in big:
+            if r.get("raw_mbps"):
+                names.append("this store, raw protocol")
+                rates.append(r["raw_mbps"])
+        bx.barh(range(len(rates)), rates, 0.6, color="tab:green")
+        bx.set_yticks(list(range(len(rates))), names, fontsize=8)
+        bx.invert_yaxis()
+        bx.set_xlabel("64 KiB events, batch API, MB/s to the last ack (median of rounds)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -486,6 +599,9 @@ def main() -> None:
     p.add_argument("--events", type=int, default=2000, help="events per round and system")
     p.add_argument("--size", type=int, default=100, help="event size in bytes (>= 16)")
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause between events")
+    p.add_argument(
+        "--big-events", type=int, default=1000, help="64 KiB events per round and system (0: skip)"
+    )
     p.add_argument("--only", default="segmentstore,nats,redis", help="systems to run")
     p.add_argument("--peers-dir", type=Path, default=DEFAULT_PEERS_DIR)
     p.add_argument("--out", type=Path, default=Path("bench-peers"), help="output directory")
@@ -504,6 +620,11 @@ def main() -> None:
                               str(args.peers_dir / "py"))  # fmt: skip
                 except Exception as e:  # one system failing must not lose the others' rounds
                     print(f"round {r + 1}, {s.label}: {e}", file=sys.stderr)
+                if args.big_events and not s.background_segments:
+                    try:
+                        big_round(s, args.big_events)
+                    except Exception as e:
+                        print(f"round {r + 1}, {s.label}, 64 KiB: {e}", file=sys.stderr)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
         rows = [summarize(s) for s in systems if s.samples_e2e]
     text = table(rows, args)

@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .latency import stage_families
+
 log = logging.getLogger("segmentstore.server")
 
 LATENCY_BUCKETS = (
@@ -136,6 +138,7 @@ class _Collector:
             ("group_commit_records", m.commit_batch, "Log records made durable per fsync"),
         ):
             yield HistogramMetricFamily(p + name, doc, buckets=hist.buckets(), sum_value=hist.sum)
+        yield from stage_families(p)
 
 
 class MetricsPage:

@@ -22,6 +22,7 @@ from .api import (
 from .metadata import SegmentMeta
 from .operations import Duplicate, Merge, Queued
 from .read_cache import FREEZE, OWN_BLOCK
+from .stages import STAGES, timed_write
 from .storage_writer import StorageWriter
 
 log = logging.getLogger("segmentstore.storage")
@@ -37,8 +38,10 @@ class CommitLoop(StorageWriter):
         """
         loop = self._loop
         durable: tuple[list[Queued], int, int, int, float] | None = None
+        perf = time.perf_counter
+        observe = STAGES.observe
         while True:
-            write: asyncio.Future[float] | None = None
+            write: asyncio.Future[tuple[float, float, float, float]] | None = None
             taken: tuple[list[Queued], int] | None = None
             # Memory bound: committed data waits in the cache until it is in chunk files, so
             # stop committing (acks wait) while too much of it is unflushed.
@@ -54,11 +57,13 @@ class CommitLoop(StorageWriter):
                 self._batch_first_seq = self._next_seq
                 if parts:
                     write = loop.run_in_executor(
-                        self._log_exec, self._wal.write_batch, parts, first
+                        self._log_exec, timed_write, self._wal.write_batch, parts, first, perf()
                     )
                 taken = (ops, self._next_seq - 1)
             if durable is not None:
+                t0 = perf()
                 self._commit(*durable)
+                observe("apply", perf() - t0)
                 durable = None
             if taken is None:
                 if self._ops:  # over the unflushed limit
@@ -80,7 +85,11 @@ class CommitLoop(StorageWriter):
                 last = self._committed_seq
             else:
                 try:
-                    sync_s = await write
+                    sync_s, handoff_in, write_s, done_at = await write
+                    observe("handoff_out", perf() - done_at)
+                    observe("handoff_in", handoff_in)
+                    observe("log_write", write_s)
+                    observe("fdatasync", sync_s)
                 except Exception as exc:
                     if not isinstance(exc, OSError):
                         log.exception("%s: unexpected error writing the log", self.label)
