@@ -30,6 +30,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.completion",
     "segmentstore.commands.transfer",
     "segmentstore.commands.check",
+    "segmentstore.commands.passwd",
 )
 
 
@@ -83,6 +84,14 @@ def _parser() -> argparse.ArgumentParser:
         choices=("on", "off"),
         help="write and read chunk files with O_DIRECT, bypassing the page cache (default on)",
     )
+    # --- TLS and authorization (issue 20; README "Security") ---
+    s.add_argument("--tls-cert-file", help="PEM certificate: TLS on every port (default off)")
+    s.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
+    s.add_argument("--tls-client-ca-file", help="require client certificates from this CA")
+    s.add_argument("--auth", choices=("on", "off"), help="require delegation tokens (default off)")
+    s.add_argument("--auth-token-secret-file", help="file holding the token signing secret")
+    s.add_argument("--auth-password-file", help="users and static tokens (segmentstore passwd)")
+    s.add_argument("--auth-token-ttl-s", type=float, help="token lifetime (default 600)")
     for name in SUBCOMMANDS:
         importlib.import_module(name).add_parser(sub)
     return p

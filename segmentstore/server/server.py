@@ -79,6 +79,8 @@ class Server:
         self._background: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self.controller: Any = None  # segmentstore.controller.controller.Controller, if enabled
+        self.tls: Any = None  # ssl.SSLContext of every listener when TLS is on (auth/)
+        self.auth: Any = None  # auth.Authorizer when auth = on: connections check tokens
 
     @classmethod
     async def start(cls, config: ServerConfig) -> Server:
@@ -128,6 +130,7 @@ class Server:
         ctx = ServerContext(store, tables, metrics, tail_read_timeout=config.tail_read_timeout_s)
         server = cls(config, ctx, max_connections=cap)
         try:
+            server._security()
             await server._listen()
         except BaseException:
             await tables.close()
@@ -177,12 +180,20 @@ class Server:
             raise StartupError(str(e)) from e
         self.ctx.metrics.controller_stats = self.controller.stats
 
+    def _security(self) -> None:
+        from ..auth import SecurityError, authorizer, tls_context
+
+        try:
+            self.tls, self.auth = tls_context(self.config), authorizer(self.config)
+        except SecurityError as e:
+            raise StartupError(str(e)) from e
+
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
         c = self.config
         try:
             self._listener = await loop.create_server(
-                self._new_connection, c.host, c.port, backlog=1024
+                self._new_connection, c.host, c.port, backlog=1024, ssl=self.tls
             )
         except OSError as e:
             raise StartupError(f"cannot listen on {c.host}:{c.port}: {_why(e)}") from e
