@@ -35,7 +35,7 @@ __all__ = [
 AUDIENCE: Final = "segmentstore"
 ALGORITHM: Final = "HS512"
 _RESERVED: Final = frozenset({"sub", "aud", "iat", "exp", "nbf", "iss", "jti"})
-MIN_SECRET_BYTES: Final = 32
+MIN_SECRET_BYTES: Final = 64  # RFC 7518 3.2: at least the hash size for HS512
 
 
 class Permission(enum.IntEnum):
@@ -55,7 +55,7 @@ class TokenExpired(TokenInvalid):
 
 
 def load_secret(path: str) -> bytes:
-    """The signing secret from ``path`` (surrounding whitespace dropped; >= 32 bytes)."""
+    """The signing secret from ``path`` (surrounding whitespace dropped; >= 64 bytes)."""
     try:
         secret = Path(path).read_bytes().strip()
     except OSError as e:
