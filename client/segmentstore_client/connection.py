@@ -110,6 +110,11 @@ class ConnectionOptions:
     tls_cert_file: str = ""
     """Client certificate (PEM) for a server that requires one; key in ``tls_key_file``."""
     tls_key_file: str = ""
+    credentials: tuple[str, str] | str | None = None
+    """(user, password) or a static token: the client asks ``controller`` for a delegation
+    token when it opens, and again (once per request) when the store says it expired."""
+    controller: str = ""
+    """The controller (``tcp://`` or ``tls://host:9090``) that issues delegation tokens."""
 
 
 _request_ids = itertools.count(1)

@@ -8,10 +8,13 @@ listeners and connections use (None when off); their errors are one line each
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import ServerConfig
 from ..tls import TlsError, server_context
 from .checker import TOKEN_CHECK_FAILED, TOKEN_EXPIRED, Authorizer, TokenCheck
+from .passwords import PasswordFile
 from .tokens import Permission, TokenExpired, TokenInvalid, TokenSigner, load_secret
 
 __all__ = [
@@ -25,8 +28,12 @@ __all__ = [
     "TokenInvalid",
     "TokenSigner",
     "authorizer",
+    "controller_authenticator",
     "tls_context",
 ]
+
+if TYPE_CHECKING:
+    from .controller_auth import ControllerAuth
 
 
 class SecurityError(Exception):
@@ -49,6 +56,22 @@ def signer(config: ServerConfig) -> TokenSigner | None:
         return TokenSigner(load_secret(config.auth_token_secret_file))
     except ValueError as e:
         raise SecurityError(str(e)) from e
+
+
+def controller_authenticator(config: ServerConfig) -> ControllerAuth | None:
+    """The controller's authentication (None when auth is off; imports grpc)."""
+    from .controller_auth import ControllerAuth
+
+    s = signer(config)
+    if s is None:
+        return None
+    if not config.auth_password_file:
+        raise SecurityError("auth = on with a controller needs auth_password_file")
+    try:
+        passwords = PasswordFile.load(Path(config.auth_password_file))
+    except ValueError as e:
+        raise SecurityError(str(e)) from e
+    return ControllerAuth(passwords, s, config.auth_token_ttl_s)
 
 
 def authorizer(config: ServerConfig) -> Authorizer | None:

@@ -172,10 +172,12 @@ class Server:
             c.host, c.controller_port, c.controller_tick_s, c.controller_rate_window_s,
             c.controller_scale_cooldown_s, c.controller_retention_interval_s,
         )  # fmt: skip
+        tls_credentials, auth = self._controller_security()
         try:
             self.controller = await Controller.start(
-                self.ctx.store, self.ctx.tables, settings, (host, self.address[1])
-            )
+                self.ctx.store, self.ctx.tables, settings, (host, self.address[1]),
+                tls_credentials, auth,
+            )  # fmt: skip
         except ControllerError as e:
             raise StartupError(str(e)) from e
         self.ctx.metrics.controller_stats = self.controller.stats
@@ -186,6 +188,21 @@ class Server:
         try:
             self.tls, self.auth = tls_context(self.config), authorizer(self.config)
         except SecurityError as e:
+            raise StartupError(str(e)) from e
+
+    def _controller_security(self) -> tuple[Any, Any]:
+        from ..auth import SecurityError, controller_authenticator
+        from ..tls import TlsError, grpc_credentials
+
+        c = self.config
+        try:
+            creds = (
+                grpc_credentials(c.tls_cert_file, c.tls_key_file, c.tls_client_ca_file)
+                if c.tls_cert_file
+                else None
+            )
+            return creds, controller_authenticator(c)
+        except (SecurityError, TlsError) as e:
             raise StartupError(str(e)) from e
 
     async def _listen(self) -> None:
@@ -268,7 +285,8 @@ class Server:
             else "metrics disabled"
         )
         controller = (
-            f"controller on tcp://{self.config.host}:{self.controller.port}"
+            f"controller on {'tls' if self.tls else 'tcp'}://{self.config.host}:"
+            f"{self.controller.port}"
             if self.controller is not None
             else "controller disabled"
         )

@@ -1,0 +1,160 @@
+"""The secure set-up end to end: ``segmentstore passwd`` users and static tokens, a server
+with TLS on the wire and controller ports and auth on, the SDK fetching its token from the
+controller's getDelegationToken (Basic or Bearer credentials) over TLS, refusals, and the
+refresh of an expired token."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import jwt
+import pytest
+import segmentstore_client as ss
+from segmentstore_client.auth import fetch_token
+from segmentstore_client.connection import ConnectionOptions
+from segmentstore_client.errors import AuthenticationFailed
+
+from segmentstore.auth.passwords import PasswordFile
+from segmentstore.server.launcher import ServerProcess
+
+from .certs import Pki, make_pki
+from .tokens import write_secret
+
+CONTROLLER = re.compile(r"controller on (tls://[0-9.]+:\d+)")
+
+
+def passwd(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "segmentstore", "passwd", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_passwd_adds_users_and_tokens(tmp_path: Path) -> None:
+    pw = tmp_path / "passwd"
+    done = passwd(str(pw), "alice", "--acl", "prn::/scope:app/*,READ_UPDATE", "--password-stdin",
+                  stdin="s3cret\n")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert pw.stat().st_mode & 0o777 == 0o600
+    assert "s3cret" not in pw.read_text()
+    tok = passwd(str(pw), "svc", "--admin", "--static-token")
+    assert tok.returncode == 0 and tok.stdout.startswith("sst_")
+    users = PasswordFile.load(pw)
+    assert users.authenticate("alice", "s3cret") is not None
+    assert users.authenticate("alice", "wrong") is None
+    assert users.by_token(tok.stdout.strip()) is not None
+    assert users.authenticate("svc", tok.stdout.strip()) is not None  # same check, by name
+    bad = passwd(str(pw), "bob", "--acl", "scope:app,READ", "--password-stdin", stdin="x\n")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "bad ACL" in bad.stderr
+    bad = passwd(str(pw), "a:b", "--password-stdin", stdin="x\n")
+    assert bad.returncode == 2 and "bad user name" in bad.stderr
+    bad = passwd(str(pw), "nobody", "--remove")
+    assert bad.returncode == 2
+    assert passwd(str(pw), "alice", "--remove").returncode == 0
+    assert "alice" not in PasswordFile.load(pw).users
+
+
+class Secure:
+    def __init__(self, server: ServerProcess, pki: Pki, token: str) -> None:
+        self.server = server
+        self.pki = pki
+        self.static_token = token
+        m = CONTROLLER.search("".join(server.log))
+        assert m, server.log[-5:]
+        self.controller = m.group(1)
+        self.endpoint = f"tls://127.0.0.1:{server.port}"
+
+    def connect(self, credentials: tuple[str, str] | str) -> ss.Client:
+        return ss.connect(
+            self.endpoint,
+            credentials=credentials,
+            controller=self.controller,
+            tls_ca_file=self.pki.ca_pem,
+        )
+
+
+def _secure_server(tmp: Path, ttl: str = "600") -> Secure:
+    pki = make_pki(tmp / "pki")
+    write_secret(tmp / "secret")
+    pw = str(tmp / "passwd")
+    assert passwd(pw, "alice", "--acl", "prn::/scope:app/*,READ_UPDATE", "--password-stdin",
+                  stdin="alice-pw\n").returncode == 0  # fmt: skip
+    assert passwd(pw, "reader", "--acl", "prn::/scope:app/*,READ", "--password-stdin",
+                  stdin="reader-pw\n").returncode == 0  # fmt: skip
+    token = passwd(pw, "svc", "--admin", "--static-token").stdout.strip()
+    server = ServerProcess(
+        tmp / "data",
+        [
+            "--tls-cert-file", pki.server_pem, "--tls-key-file", pki.server_key,
+            "--auth", "on", "--auth-token-secret-file", str(tmp / "secret"),
+            "--auth-password-file", pw, "--auth-token-ttl-s", ttl, "--controller-port", "0",
+        ],
+    )  # fmt: skip
+    server.start()
+    return Secure(server, pki, token)
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
+    s = _secure_server(tmp_path_factory.mktemp("secure"))
+    yield s
+    s.server.kill()
+
+
+async def test_user_with_password_writes_and_reads(secure: Secure) -> None:
+    async with secure.connect(("alice", "alice-pw")) as client:
+        await client.create_segment("app/orders/0")
+        async with client.writer("app/orders/0") as w:
+            await w.write_many([b"e" * 100] * 20)
+        assert [e.data async for e in client.reader("app/orders/0")] == [b"e" * 100] * 20
+        with pytest.raises(AuthenticationFailed):  # alice has no grant outside scope app
+            await client.create_segment("other/orders/0")
+
+
+async def test_static_token_and_read_only_user(secure: Secure) -> None:
+    async with secure.connect(secure.static_token) as admin:
+        await admin.create_segment("other/x/0")  # the admin role reaches every scope
+    async with secure.connect(("reader", "reader-pw")) as reader:
+        with pytest.raises(AuthenticationFailed):
+            await reader.create_segment("app/ro/0")
+
+
+async def test_controller_refuses_bad_credentials(secure: Secure) -> None:
+    opts = ConnectionOptions(tls_ca_file=secure.pki.ca_pem)
+    for creds in (("alice", "wrong"), ("nobody", "x"), "sst_not-a-token", ("svc", "")):
+        with pytest.raises(AuthenticationFailed):
+            await fetch_token(secure.controller, creds, options=opts)
+    with pytest.raises(AuthenticationFailed, match="has READ"):  # asks to write: refused
+        await fetch_token(secure.controller, ("reader", "reader-pw"), scope="app",
+                          stream="s", options=opts)  # fmt: skip
+    token = await fetch_token(secure.controller, ("reader", "reader-pw"), scope="app",
+                              stream="s", write=False, options=opts)  # fmt: skip
+    assert jwt.decode(token, options={"verify_signature": False})["sub"] == "reader"
+
+
+async def test_no_credentials_is_refused_by_the_store(secure: Secure) -> None:
+    async with ss.connect(secure.endpoint, tls_ca_file=secure.pki.ca_pem) as client:
+        with pytest.raises(AuthenticationFailed):
+            await client.create_segment("app/anon/0")
+
+
+async def test_expired_token_is_refreshed_once(tmp_path: Path) -> None:
+    s = _secure_server(tmp_path, ttl="1")
+    try:
+        async with s.connect(("alice", "alice-pw")) as client:
+            first = client.options.delegation_token
+            exp = jwt.decode(first, options={"verify_signature": False})["exp"]
+            await asyncio.sleep(max(0.0, exp - time.time()) + 0.2)
+            await client.create_segment("app/late/0")  # expired -> refreshed -> done
+            assert client.options.delegation_token != first
+    finally:
+        s.server.kill()
