@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--auth-token-secret-file", help="file holding the token signing secret")
     s.add_argument("--auth-password-file", help="users and static tokens (segmentstore passwd)")
     s.add_argument("--auth-token-ttl-s", type=float, help="token lifetime (default 600)")
+    s.add_argument(
+        "--advertised-host", help="host name the controller gives clients (must match the cert)"
+    )
     for name in SUBCOMMANDS:
         importlib.import_module(name).add_parser(sub)
     return p

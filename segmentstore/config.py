@@ -64,6 +64,7 @@ class ServerConfig:
     auth_token_secret_file: str = ""  # the shared HS512 secret (controller and segment store)
     auth_password_file: str = ""  # users (segmentstore passwd) and static service tokens
     auth_token_ttl_s: float = 600.0  # lifetime of the tokens the controller issues
+    advertised_host: str = ""  # host name getURI hands out (TLS clients check it); "" = --host
 
     def validate(self) -> ServerConfig:
         if self.fsync not in FSYNC_MODES:

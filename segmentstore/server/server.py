@@ -168,6 +168,7 @@ class Server:
             ) from e
 
         host = self.address[0] if self.address[0] not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        host = c.advertised_host or host  # a name the TLS certificate carries (README "Security")
         settings = ControllerSettings(
             c.host, c.controller_port, c.controller_tick_s, c.controller_rate_window_s,
             c.controller_scale_cooldown_s, c.controller_retention_interval_s,

@@ -82,7 +82,7 @@ class Secure:
         )
 
 
-def _secure_server(tmp: Path, ttl: str = "600") -> Secure:
+def _secure_server(tmp: Path, ttl: str = "600", *more: str) -> Secure:
     pki = make_pki(tmp / "pki")
     write_secret(tmp / "secret")
     pw = str(tmp / "passwd")
@@ -96,7 +96,7 @@ def _secure_server(tmp: Path, ttl: str = "600") -> Secure:
         [
             "--tls-cert-file", pki.server_pem, "--tls-key-file", pki.server_key,
             "--auth", "on", "--auth-token-secret-file", str(tmp / "secret"),
-            "--auth-password-file", pw, "--auth-token-ttl-s", ttl, "--controller-port", "0",
+            "--auth-password-file", pw, "--auth-token-ttl-s", ttl, "--controller-port", "0", *more,
         ],
     )  # fmt: skip
     server.start()
