@@ -6,7 +6,8 @@ or ``Bearer <static token>`` for a service. Anything else is answered UNAUTHENTI
 by ``AuthInterceptor`` before the servicer sees it. Successful checks are cached by a
 digest of the header (bounded), so a client pays the slow hash once.
 ``ControllerAuth.delegation_token(header, scope, stream, access)`` checks the user may do
-``access`` on the stream (or scope) and signs a token carrying the user's ACL, valid for
+``access`` on the stream (or scope) and signs a token carrying the user's ACL (the
+password file's, overridden per resource by the ACL table, ``acls.py``), valid for
 ``ttl_s`` (PERMISSION_DENIED otherwise: ``PermissionDenied``).
 """
 
@@ -22,6 +23,7 @@ from typing import Any, Final
 
 import grpc
 
+from .acls import AclTable
 from .passwords import PasswordFile, User
 from .tokens import Permission, TokenSigner
 
@@ -42,6 +44,7 @@ class ControllerAuth:
         self.signer = signer
         self.ttl_s = ttl_s
         self._known: dict[bytes, User] = {}
+        self.acls: AclTable | None = None  # run-time grants (acls.py), set by the server
 
     def _check(self, header: str) -> User | None:
         method, _, value = header.partition(" ")
@@ -76,7 +79,10 @@ class ControllerAuth:
         if user is None:
             raise PermissionDenied("not authenticated")
         now = time.time()
-        token = self.signer.issue(user.name, user.acl, self.ttl_s, now)
+        acl = dict(user.acl)
+        if self.acls is not None:
+            acl.update(await self.acls.acl_of(user.name))
+        token = self.signer.issue(user.name, acl, self.ttl_s, now)
         if scope:
             resource = f"prn::/scope:{scope}" + (f"/stream:{stream}" if stream else "")
             needed = _ACCESS.get(access, Permission.READ)

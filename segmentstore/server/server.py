@@ -174,6 +174,10 @@ class Server:
             c.controller_scale_cooldown_s, c.controller_retention_interval_s,
         )  # fmt: skip
         tls_credentials, auth = self._controller_security()
+        if auth is not None:
+            from ..auth.acls import AclTable
+
+            auth.acls = await AclTable.open(self.ctx.tables)
         try:
             self.controller = await Controller.start(
                 self.ctx.store, self.ctx.tables, settings, (host, self.address[1]),

@@ -20,6 +20,7 @@ from segmentstore_client.auth import fetch_token
 from segmentstore_client.connection import ConnectionOptions
 from segmentstore_client.errors import AuthenticationFailed
 
+from segmentstore.auth.acls import ACL_TABLE
 from segmentstore.auth.passwords import PasswordFile
 from segmentstore.server.launcher import ServerProcess
 
@@ -156,5 +157,32 @@ async def test_expired_token_is_refreshed_once(tmp_path: Path) -> None:
             await asyncio.sleep(max(0.0, exp - time.time()) + 0.2)
             await client.create_segment("app/late/0")  # expired -> refreshed -> done
             assert client.options.delegation_token != first
+    finally:
+        s.server.kill()
+
+
+def _restart(s: Secure) -> Secure:
+    s.server.stop()
+    s.server.log.clear()
+    s.server.restart()
+    return Secure(s.server, s.pki, s.static_token)
+
+
+async def test_acl_table_grants_at_run_time_admin_only_and_durably(tmp_path: Path) -> None:
+    s = _secure_server(tmp_path)
+    try:
+        assert passwd(str(tmp_path / "passwd"), "bob", "--password-stdin", stdin="bob-pw\n")
+        s = _restart(s)  # the password file is read at start
+        async with s.connect(("bob", "bob-pw")) as bob:
+            with pytest.raises(AuthenticationFailed):  # no grants yet
+                await bob.create_segment("shared/x/0")
+        async with s.connect(("alice", "alice-pw")) as alice:
+            with pytest.raises(AuthenticationFailed):  # only the admin role writes ACLs
+                await alice.table(ACL_TABLE).put("alice", "prn::*,READ_UPDATE")
+        async with s.connect(s.static_token) as admin:
+            await admin.table(ACL_TABLE).put("bob", "prn::/scope:shared/*,READ_UPDATE")
+        s = _restart(s)  # the grant is durable
+        async with s.connect(("bob", "bob-pw")) as bob:
+            await bob.create_segment("shared/x/0")
     finally:
         s.server.kill()
