@@ -139,14 +139,21 @@ class _Collector:
             yield HistogramMetricFamily(p + name, doc, buckets=hist.buckets(), sum_value=hist.sum)
 
 
-def serve_metrics(metrics: Metrics, host: str, port: int) -> tuple[Any, int]:
-    """Start the /metrics HTTP endpoint in a daemon thread; returns (server, bound port)."""
+def serve_metrics(
+    metrics: Metrics, host: str, port: int, tls: tuple[str, str, str] | None = None
+) -> tuple[Any, int]:
+    """Start the /metrics HTTP endpoint in a daemon thread; returns (server, bound port).
+    ``tls`` = (certificate, key, client CA or ""): HTTPS (README "Security")."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(metrics))  # type: ignore[arg-type]
-    result = start_http_server(port, addr=host, registry=registry)
+    cert, key, client_ca = tls or (None, None, None)
+    result = start_http_server(
+        port, addr=host, registry=registry, certfile=cert, keyfile=key,
+        client_cafile=client_ca or None, client_auth_required=bool(client_ca),
+    )  # fmt: skip
     if isinstance(result, tuple):
         server = result[0]
     else:  # older prometheus_client returns nothing; find the server thread's socket

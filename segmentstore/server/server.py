@@ -224,7 +224,7 @@ class Server:
         if c.http_port >= 0:
             try:
                 self._metrics_server, self.metrics_port = serve_metrics(
-                    self.ctx.metrics, c.http_host, c.http_port
+                    self.ctx.metrics, c.http_host, c.http_port, self._http_tls()
                 )
             except OSError as e:
                 self._listener.close()
@@ -232,6 +232,11 @@ class Server:
                 raise StartupError(
                     f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
                 ) from e
+
+    def _http_tls(self) -> tuple[str, str, str] | None:
+        """The HTTP port's TLS files (the same as the wire port's), or None."""
+        c = self.config
+        return (c.tls_cert_file, c.tls_key_file, c.tls_client_ca_file) if self.tls else None
 
     def _new_connection(self) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
@@ -285,7 +290,8 @@ class Server:
     def ready_line(self) -> str:
         host, port = self.address
         metrics = (
-            f"metrics on http://{self.config.http_host}:{self.metrics_port}/metrics"
+            f"metrics on http{'s' if self.tls else ''}://{self.config.http_host}:"
+            f"{self.metrics_port}/metrics"
             if self.metrics_port is not None
             else "metrics disabled"
         )

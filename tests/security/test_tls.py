@@ -5,6 +5,10 @@ verification off, and client certificates (mutual TLS)."""
 from __future__ import annotations
 
 import asyncio
+import http.client
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +128,16 @@ def test_missing_certificate_file_is_one_line(tmp_path: Path, pki: Pki) -> None:
     s2 = ServerProcess(tmp_path / "d2", ["--tls-cert-file", pki.server_pem])
     with pytest.raises(RuntimeError, match="needs both"):
         s2.start()
+
+
+def test_metrics_port_serves_https(tls_server: ServerProcess, pki: Pki) -> None:
+    url = f"https://127.0.0.1:{tls_server.http_port}/metrics"
+    ctx = ssl.create_default_context(cafile=pki.ca_pem)
+    with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+        assert b"segmentstore" in r.read()
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(
+            url, context=ssl.create_default_context(cafile=pki.other_ca_pem), timeout=10
+        )
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+        urllib.request.urlopen(url.replace("https", "http"), timeout=10)
