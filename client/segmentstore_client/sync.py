@@ -494,6 +494,9 @@ def connect(
     keepalive_interval: float = 10.0,
     pool_size: int = 2,
     delegation_token: str = "",
+    credentials: tuple[str, str] | str | None = None,
+    controller: str = "",
+    tls_ca_file: str = "",
     options: ConnectionOptions | None = None,
 ) -> SyncClient:
     """A blocking client of the segment store at ``endpoint``; the arguments are those of
@@ -517,6 +520,9 @@ def connect(
                 keepalive_interval=keepalive_interval,
                 pool_size=pool_size,
                 delegation_token=delegation_token,
+                credentials=credentials,
+                controller=controller,
+                tls_ca_file=tls_ca_file,
                 options=options,
             )
             try:

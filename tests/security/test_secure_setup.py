@@ -186,3 +186,16 @@ async def test_acl_table_grants_at_run_time_admin_only_and_durably(tmp_path: Pat
             await bob.create_segment("shared/x/0")
     finally:
         s.server.kill()
+
+
+def test_blocking_client_with_credentials(secure: Secure) -> None:
+    from segmentstore_client import sync
+
+    with sync.connect(
+        secure.endpoint,
+        credentials=("alice", "alice-pw"),
+        controller=secure.controller,
+        tls_ca_file=secure.pki.ca_pem,
+    ) as client:
+        client.create_segment("app/sync/0")
+        assert client.segment_info("app/sync/0").length == 0
