@@ -3,7 +3,8 @@
 Contract: with auth on, every RPC must carry ``authorization`` metadata: ``Basic
 base64(user:password)`` checked against the password file (PBKDF2, run off the event loop)
 or ``Bearer <static token>`` for a service. Anything else is answered UNAUTHENTICATED
-by ``AuthInterceptor`` before the servicer sees it. Successful checks are cached by a
+by ``AuthInterceptor`` before the servicer sees it; an authenticated call then needs the
+permission ``controller_rules.required`` names (PERMISSION_DENIED otherwise). Successful checks are cached by a
 digest of the header (bounded), so a client pays the slow hash once.
 ``ControllerAuth.delegation_token(header, scope, stream, access)`` checks the user may do
 ``access`` on the stream (or scope) and signs a token carrying the user's ACL (the
@@ -24,8 +25,9 @@ from typing import Any, Final
 import grpc
 
 from .acls import AclTable
+from .controller_rules import UNCHECKED, required
 from .passwords import PasswordFile, User
-from .tokens import Permission, TokenSigner
+from .tokens import Permission, TokenSigner, grants_for
 
 __all__ = ["AuthInterceptor", "ControllerAuth", "PermissionDenied"]
 
@@ -78,18 +80,21 @@ class ControllerAuth:
         user = await self.authenticate(header)
         if user is None:
             raise PermissionDenied("not authenticated")
-        now = time.time()
-        acl = dict(user.acl)
-        if self.acls is not None:
-            acl.update(await self.acls.acl_of(user.name))
-        token = self.signer.issue(user.name, acl, self.ttl_s, now)
+        acl = await self.acl_of(user)
         if scope:
             resource = f"prn::/scope:{scope}" + (f"/stream:{stream}" if stream else "")
             needed = _ACCESS.get(access, Permission.READ)
-            have = self.signer.verify(token, now).permission(resource)
+            have = grants_for(user.name, acl).permission(resource)
             if have < needed:
                 raise PermissionDenied(f"{user.name} has {have.name} on {resource}")
-        return token
+        return self.signer.issue(user.name, acl, self.ttl_s, time.time())
+
+    async def acl_of(self, user: User) -> dict[str, Permission]:
+        """The password file's ACL, overridden per resource by the ACL table."""
+        acl = dict(user.acl)
+        if self.acls is not None:
+            acl.update(await self.acls.acl_of(user.name))
+        return acl
 
     async def grpc_token(self, request: Any, context: Any) -> str:
         """``getDelegationToken(StreamInfo)`` for the controller's servicer."""
@@ -127,6 +132,35 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: Any,
     ) -> Any:
         header = header_of(handler_call_details.invocation_metadata)
-        if await self.auth.authenticate(header) is None:
+        user = await self.auth.authenticate(header)
+        if user is None:
             return self._deny
-        return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
+        method = str(handler_call_details.method).rsplit("/", 1)[-1]
+        if handler is None or handler.unary_unary is None or method in UNCHECKED:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
+            self._checked(user, method, handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _checked(
+        self, user: User, method: str, inner: Callable[[Any, Any], Awaitable[Any]]
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
+        """``inner`` behind the permission ``controller_rules`` asks for."""
+        auth = self.auth
+
+        async def checked(request: Any, context: Any) -> Any:
+            rule = required(method, request)
+            if rule is not None:
+                resource, needed = rule
+                have = grants_for(user.name, await auth.acl_of(user)).permission(resource)
+                if have < needed:
+                    await context.abort(
+                        grpc.StatusCode.PERMISSION_DENIED,
+                        f"{user.name} has {have.name} on {resource}, {needed.name} needed",
+                    )
+            return await inner(request, context)
+
+        return checked

@@ -28,6 +28,7 @@ __all__ = [
     "TokenExpired",
     "TokenInvalid",
     "TokenSigner",
+    "grants_for",
     "load_secret",
     "pattern_matches",
 ]
@@ -111,6 +112,13 @@ def grants_from_claims(claims: Mapping[str, object]) -> Grants:
     if not isinstance(sub, str) or not isinstance(exp, int | float):
         raise TokenInvalid("the token has no subject or expiry")
     return Grants(sub, float(exp), exact, tuple(wild))
+
+
+def grants_for(subject: str, acl: Mapping[str, Permission]) -> Grants:
+    """The grants of an ACL, as a token carrying it would have them (no expiry)."""
+    claims: dict[str, object] = {r: p.name for r, p in acl.items()}
+    claims.update(sub=subject, exp=float("inf"))
+    return grants_from_claims(claims)
 
 
 class TokenSigner:

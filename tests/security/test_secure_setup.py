@@ -87,7 +87,8 @@ def _secure_server(tmp: Path, ttl: str = "600", *more: str) -> Secure:
     pki = make_pki(tmp / "pki")
     write_secret(tmp / "secret")
     pw = str(tmp / "passwd")
-    assert passwd(pw, "alice", "--acl", "prn::/scope:app/*,READ_UPDATE", "--password-stdin",
+    alice_acl = "prn::/scope:app,READ_UPDATE;prn::/scope:app/*,READ_UPDATE"
+    assert passwd(pw, "alice", "--acl", alice_acl, "--password-stdin",
                   stdin="alice-pw\n").returncode == 0  # fmt: skip
     assert passwd(pw, "reader", "--acl", "prn::/scope:app/*,READ", "--password-stdin",
                   stdin="reader-pw\n").returncode == 0  # fmt: skip
@@ -199,3 +200,42 @@ def test_blocking_client_with_credentials(secure: Secure) -> None:
     ) as client:
         client.create_segment("app/sync/0")
         assert client.segment_info("app/sync/0").length == 0
+
+
+def test_controller_rpcs_are_authorized_per_resource(secure: Secure) -> None:
+    import grpc
+    from segmentstore_client.auth import authorization_header
+
+    from segmentstore.controller.proto import controller_pb2 as pb
+    from segmentstore.controller.proto import controller_pb2_grpc as pb_grpc
+
+    root = Path(secure.pki.ca_pem).read_bytes()
+    target = secure.controller.removeprefix("tls://")
+    with grpc.secure_channel(target, grpc.ssl_channel_credentials(root)) as channel:
+        stub = pb_grpc.ControllerServiceStub(channel)
+
+        def call(method: str, request: object, creds: tuple[str, str] | str | None) -> object:
+            md = () if creds is None else (("authorization", authorization_header(creds)),)
+            return getattr(stub, method)(request, metadata=md, timeout=10)
+
+        alice, reader = ("alice", "alice-pw"), ("reader", "reader-pw")
+        with pytest.raises(grpc.RpcError) as info:
+            call("createScope", pb.ScopeInfo(scope="app"), None)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        call("createScope", pb.ScopeInfo(scope="app"), alice)
+        config = pb.StreamConfig(
+            streamInfo=pb.StreamInfo(scope="app", stream="t"),
+            scalingPolicy=pb.ScalingPolicy(minNumSegments=1),
+        )
+        call("createStream", config, alice)
+        assert call("checkStreamExists", pb.StreamInfo(scope="app", stream="t"), reader)
+        for method, request, creds in (
+            ("createScope", pb.ScopeInfo(scope="other"), alice),  # no grant on scope other
+            ("createStream", config, reader),  # READ is not enough to create
+            ("sealStream", pb.StreamInfo(scope="app", stream="t"), reader),
+            ("listScopes", pb.ScopesRequest(), alice),  # the admin role only
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                call(method, request, creds)
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED, method
+        call("listScopes", pb.ScopesRequest(), secure.static_token)
