@@ -185,6 +185,10 @@ class SyncClient:
         """
         return "closed" if self._closed else self._client.state
 
+    def refresh_token(self) -> str:
+        """See :meth:`Client.refresh_token`. Example: ``client.refresh_token()``."""
+        return self._lt.run(self._client.refresh_token())
+
     def ping(self, *, timeout: float | None = None) -> float:
         """Round trip to the server in seconds (see :meth:`Client.ping`).
 

@@ -21,6 +21,7 @@ from ..auth.passwords import (
     new_static_token,
     parse_acl,
 )
+from ._cli import examples
 
 EXIT_BAD = 2
 
@@ -29,7 +30,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser(
         "passwd",
         help="add a user or static token to a password file",
-        description="Add or replace USER in the password file FILE (created if missing).",
+        description="Add or replace USER in the password file FILE (created if missing). "
+        "It works on the file, not on a running server (which reads it at start).",
+        epilog=examples(
+            "segmentstore passwd users alice --acl 'prn::/scope:app,READ_UPDATE;"
+            "prn::/scope:app/*,READ_UPDATE'",
+            "segmentstore passwd users admin --admin --password-stdin < admin.pw",
+            "segmentstore passwd users etl --acl 'prn::/scope:app/*,READ' --static-token",
+            "segmentstore passwd users alice --remove",
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", type=Path, help="the password file (--auth-password-file)")
     p.add_argument("user", help="user name (no ':')")
