@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import functools
 import ssl
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ConnectFailed
@@ -100,7 +101,10 @@ async def fetch_token(
     options = options or connection.ConnectionOptions()
     target = f"{endpoint.host}:{endpoint.port}"
     if endpoint.tls:
-        root = open(options.tls_ca_file, "rb").read() if options.tls_ca_file else None  # noqa: SIM115
+        try:
+            root = Path(options.tls_ca_file).read_bytes() if options.tls_ca_file else None
+        except OSError as e:
+            raise ConnectFailed(f"cannot read the CA bundle {options.tls_ca_file}: {e}") from e
         channel = grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(root))
     else:
         channel = grpc.aio.insecure_channel(target)

@@ -215,8 +215,10 @@ class Server:
         c = self.config
         try:
             self._listener = await loop.create_server(
-                self._new_connection, c.host, c.port, backlog=1024, ssl=self.tls
-            )
+                self._new_connection, c.host, c.port, backlog=1024, ssl=self.tls,
+                # A peer stalling the TLS handshake is held no longer than one without Hello.
+                ssl_handshake_timeout=c.hello_timeout_s if self.tls else None,
+            )  # fmt: skip
         except OSError as e:
             raise StartupError(f"cannot listen on {c.host}:{c.port}: {_why(e)}") from e
         sock = self._listener.sockets[0].getsockname()

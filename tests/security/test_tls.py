@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -141,3 +143,19 @@ def test_metrics_port_serves_https(tls_server: ServerProcess, pki: Pki) -> None:
         )
     with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
         urllib.request.urlopen(url.replace("https", "http"), timeout=10)
+
+
+def test_stalled_tls_handshake_is_dropped(pki: Pki, tmp_path: Path) -> None:
+    s = ServerProcess(
+        tmp_path / "d",
+        ["--tls-cert-file", pki.server_pem, "--tls-key-file", pki.server_key],
+        env={"SEGMENTSTORE_HELLO_TIMEOUT_S": "1"},
+    )
+    s.start()
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+            t0 = time.monotonic()
+            assert sock.recv(1) == b""  # closed by the server, not by our timeout
+            assert time.monotonic() - t0 < 8
+    finally:
+        s.kill()
