@@ -30,6 +30,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.completion",
     "segmentstore.commands.transfer",
     "segmentstore.commands.check",
+    "segmentstore.commands.relay_schema",
     "segmentstore.commands.passwd",
 )
 
@@ -92,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--auth-token-secret-file", help="file holding the token signing secret")
     s.add_argument("--auth-password-file", help="users and static tokens (segmentstore passwd)")
     s.add_argument("--auth-token-ttl-s", type=float, help="token lifetime (default 600)")
+    s.add_argument(
+        "--http-auth", choices=("on", "off"), help="HTTP port needs credentials (default off)"
+    )
     s.add_argument(
         "--advertised-host", help="host name the controller gives clients (must match the cert)"
     )

@@ -32,6 +32,8 @@ class ServerConfig:
     fsync_interval_ms: int = 100
     http_host: str = "127.0.0.1"
     http_port: int = 9091  # 0 = any free port is not useful for scraping; -1 disables
+    http_max_connections: int = 1024  # HTTP (/metrics, relay) connections open at once
+    http_idle_timeout_s: float = 30.0  # an HTTP connection with no request in flight closes
     log_level: str = "INFO"
     containers: int = 1
     max_connections: int = 0  # 0: derived from the fd limit (RLIMIT_NOFILE - reserve)
@@ -64,6 +66,7 @@ class ServerConfig:
     auth_token_secret_file: str = ""  # the shared HS512 secret (controller and segment store)
     auth_password_file: str = ""  # users (segmentstore passwd) and static service tokens
     auth_token_ttl_s: float = 600.0  # lifetime of the tokens the controller issues
+    http_auth: str = "off"  # "on": /metrics, the relay and status need Basic/Bearer credentials
     advertised_host: str = ""  # host name getURI hands out (TLS clients check it); "" = --host
 
     def validate(self) -> ServerConfig:
@@ -100,6 +103,8 @@ class ServerConfig:
         _validate_security(self)
         if self.max_connections < 0 or self.fd_reserve < 0:
             raise ConfigError("max_connections and fd_reserve must be 0 (automatic) or more")
+        if self.http_max_connections < 1 or self.http_idle_timeout_s <= 0:
+            raise ConfigError("http max connections and idle timeout must be positive")
         return self
 
 
@@ -112,6 +117,10 @@ def _validate_security(c: ServerConfig) -> None:
         raise ConfigError(f"auth must be on or off, not {c.auth!r}")
     if c.auth == "on" and not c.auth_token_secret_file:
         raise ConfigError("auth = on needs auth_token_secret_file (the token signing secret)")
+    if c.http_auth not in ("on", "off"):
+        raise ConfigError(f"http_auth must be on or off, not {c.http_auth!r}")
+    if c.http_auth == "on" and not c.auth_password_file:
+        raise ConfigError("http_auth = on needs auth_password_file (the users it accepts)")
     if c.auth_token_ttl_s <= 0:
         raise ConfigError("auth_token_ttl_s must be positive")
 

@@ -195,6 +195,14 @@ class InvalidArgument(ServerError):
     """The server refused the request's arguments (ErrorMessage code 0). Retrying won't help."""
 
 
+class ServerFailure(ServerError):
+    """The server could not carry out the request for a reason of its own (ErrorMessage
+    with code -1: its storage failing or full, an internal error). Retrying later can
+    help."""
+
+    retriable = True
+
+
 class ConditionalCheckFailed(ServerError):
     """A conditional append's expected offset did not match the segment's length, so
     nothing was appended. Retrying with the same offset won't help; re-read the length."""

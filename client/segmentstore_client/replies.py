@@ -68,7 +68,9 @@ def _unsupported(r: p.OperationUnsupported, segment: str, detail: str) -> e.Segm
 
 
 def _error_message(r: p.ErrorMessage, segment: str, detail: str) -> e.SegmentStoreError:
-    return e.InvalidArgument(f"server refused the request: {r.message}", segment, r)
+    if r.error_code == 0:  # ILLEGAL_ARGUMENT
+        return e.InvalidArgument(f"server refused the request: {r.message}", segment, r)
+    return e.ServerFailure(f"server failed the request: {r.message}", segment, r)
 
 
 def _conditional_failed(

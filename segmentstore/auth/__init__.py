@@ -29,6 +29,7 @@ __all__ = [
     "TokenSigner",
     "authorizer",
     "controller_authenticator",
+    "password_checker",
     "tls_context",
 ]
 
@@ -60,13 +61,22 @@ def signer(config: ServerConfig) -> TokenSigner | None:
 
 def controller_authenticator(config: ServerConfig) -> ControllerAuth | None:
     """The controller's authentication (None when auth is off; imports grpc)."""
-    from .controller_auth import ControllerAuth
-
     s = signer(config)
     if s is None:
         return None
     if not config.auth_password_file:
         raise SecurityError("auth = on with a controller needs auth_password_file")
+    return _password_auth(config, s)
+
+
+def password_checker(config: ServerConfig) -> ControllerAuth:
+    """Basic/Bearer checks against the password file, for the HTTP port (http_auth)."""
+    return _password_auth(config, signer(config))
+
+
+def _password_auth(config: ServerConfig, s: TokenSigner | None) -> ControllerAuth:
+    from .controller_auth import ControllerAuth
+
     try:
         passwords = PasswordFile.load(Path(config.auth_password_file))
     except ValueError as e:

@@ -41,7 +41,7 @@ class PermissionDenied(Exception):
 
 
 class ControllerAuth:
-    def __init__(self, passwords: PasswordFile, signer: TokenSigner, ttl_s: float) -> None:
+    def __init__(self, passwords: PasswordFile, signer: TokenSigner | None, ttl_s: float) -> None:
         self.passwords = passwords
         self.signer = signer
         self.ttl_s = ttl_s
@@ -78,8 +78,8 @@ class ControllerAuth:
 
     async def delegation_token(self, header: str, scope: str, stream: str, access: int) -> str:
         user = await self.authenticate(header)
-        if user is None:
-            raise PermissionDenied("not authenticated")
+        if user is None or self.signer is None:
+            raise PermissionDenied("not authenticated" if user is None else "tokens are off")
         acl = await self.acl_of(user)
         if scope:
             resource = f"prn::/scope:{scope}" + (f"/stream:{stream}" if stream else "")

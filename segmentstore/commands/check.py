@@ -30,6 +30,9 @@ def add_parser(subparsers: Any) -> None:
         help="verify a stopped store's log, checkpoints and chunk files (changes nothing)",
         description="Verify the data directory of a stopped store offline: log records, "
         "checkpoints, chunk files and their checksums. Exit 0 if clean, 1 if damaged.",
+        epilog="examples:\n  segmentstore check ./segmentstore-data\n"
+        "  segmentstore check /var/lib/segmentstore --fsync never",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     c.add_argument("data_dir", type=Path)
     c.add_argument(
@@ -48,6 +51,10 @@ def add_parser(subparsers: Any) -> None:
         "(as `segmentstore check` or a refusal to start names it) moves the bytes of LOGFILE "
         "from OFFSET on, and every later log file of that container, into *.discarded files: "
         "the records there are lost to the store.",
+        epilog="examples:\n  segmentstore check ./segmentstore-data      # names the damage\n"
+        "  segmentstore repair ./segmentstore-data --truncate-at "
+        "container-0000/log/0000000000000003.log:81920",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("data_dir", type=Path)
     r.add_argument("--truncate-at", required=True, metavar="LOGFILE:OFFSET")

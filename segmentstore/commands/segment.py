@@ -77,6 +77,23 @@ def add_parser(subparsers: Any) -> None:
     i.add_argument("--json", action="store_true", help="one JSON object per segment and line")
     i.set_defaults(func=command(_info))
 
+    ls = add_leaf(
+        sub,
+        "list",
+        "names of the segments (tables included), by prefix",
+        "List the segments whose names start with PREFIX (all when none is given), sorted by "
+        "their UTF-8 bytes: one name per line, or with --long the `info` table of each.",
+        (
+            "segmentstore segment list",
+            "segmentstore segment list orders/ --long",
+            "segmentstore segment list orders/ --json",
+        ),
+    )
+    ls.add_argument("prefix", nargs="?", default="", help="name prefix (default: every segment)")
+    ls.add_argument("-l", "--long", action="store_true", help="length, events, sealed, ...")
+    ls.add_argument("--json", action="store_true", help="one JSON object per segment and line")
+    ls.set_defaults(func=command(_list))
+
     s = add_leaf(
         sub,
         "seal",
@@ -141,26 +158,29 @@ async def _create(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-async def _info(args: argparse.Namespace) -> int:
+async def _info_rows(client: Any, names: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    async with connect(args) as client:
-        for name in args.segments:
-            info = await client.segment_info(name)
-            rows.append(
-                {
-                    "segment": info.name,
-                    "length": info.length,
-                    "start_offset": info.start_offset,
-                    "events": await client.event_count(name),
-                    "sealed": info.sealed,
-                    "last_modified_ms": info.last_modified,
-                    "last_modified": iso_ms(info.last_modified),
-                }
-            )
-    if args.json:
+    for name in names:
+        info = await client.segment_info(name)
+        rows.append(
+            {
+                "segment": info.name,
+                "length": info.length,
+                "start_offset": info.start_offset,
+                "events": await client.event_count(name),
+                "sealed": info.sealed,
+                "last_modified_ms": info.last_modified,
+                "last_modified": iso_ms(info.last_modified),
+            }
+        )
+    return rows
+
+
+def _print_info(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
         for row in rows:
             print(json.dumps(row, separators=(",", ":")))
-        return Exit.OK
+        return
     headers = ("SEGMENT", "LENGTH", "START", "EVENTS", "SEALED", "MODIFIED")
     table = [
         (
@@ -174,6 +194,26 @@ async def _info(args: argparse.Namespace) -> int:
         for r in rows
     ]
     print(aligned(headers, table))
+
+
+async def _info(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        rows = await _info_rows(client, args.segments)
+    _print_info(rows, args.json)
+    return Exit.OK
+
+
+async def _list(args: argparse.Namespace) -> int:
+    async with connect(args) as client:
+        names = await client.list_segments(args.prefix)
+        if args.long:
+            _print_info(await _info_rows(client, names), args.json)
+            return Exit.OK
+    for name in names:
+        if args.json:
+            print(json.dumps({"segment": name}, separators=(",", ":")))
+        else:
+            print(text_line(encode_name(name)))
     return Exit.OK
 
 

@@ -181,6 +181,8 @@ class Service(pb_grpc.ControllerServiceServicer):
         if self._stream(request) is not None:
             await self.txns.abort_open(request.scope, request.stream)
         status = await self.streams.seal_stream(request.scope, request.stream)
+        if status == "SUCCESS":  # one opened meanwhile (none can be opened once sealed)
+            await self.txns.abort_open(request.scope, request.stream)
         return pb.UpdateStreamStatus(status=status)
 
     @_counted

@@ -303,13 +303,14 @@ class Streams:
             rec.head = cut
             rec.cuts = [c for c in rec.cuts if not any(rec.before_cut(s, c.cut) for s in cut)]
         elif kind == "delete":
-            for sid in rec.segments:
-                name = rec.seg_name(sid)
+            prefix = f"{rec.scope}/{rec.stream}/"
+            txn_segments = [
+                n
+                for n in self.store.segment_names()
+                if n.startswith(prefix) and "#transaction." in n
+            ]
+            for name in [rec.seg_name(sid) for sid in rec.segments] + txn_segments:
                 await self._delete(name)
-                prefix = name + "#transaction."
-                for other in self.store.segment_names():
-                    if other.startswith(prefix):
-                        await self._delete(other)
             await self.md.remove_stream(rec)
             self._locks.pop(rec.key, None)
             return rec

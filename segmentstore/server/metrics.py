@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -139,23 +138,18 @@ class _Collector:
             yield HistogramMetricFamily(p + name, doc, buckets=hist.buckets(), sum_value=hist.sum)
 
 
-def serve_metrics(
-    metrics: Metrics, host: str, port: int, tls: tuple[str, str, str] | None = None
-) -> tuple[Any, int]:
-    """Start the /metrics HTTP endpoint in a daemon thread; returns (server, bound port).
-    ``tls`` = (certificate, key, client CA or ""): HTTPS (README "Security")."""
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.exposition import start_http_server
+class MetricsPage:
+    """The Prometheus text for ``/metrics``, rendered on the event loop when scraped (the
+    HTTP server itself lives in ``segmentstore.relay.http_server``)."""
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(metrics))  # type: ignore[arg-type]
-    cert, key, client_ca = tls or (None, None, None)
-    result = start_http_server(
-        port, addr=host, registry=registry, certfile=cert, keyfile=key,
-        client_cafile=client_ca or None, client_auth_required=bool(client_ca),
-    )  # fmt: skip
-    if isinstance(result, tuple):
-        server = result[0]
-    else:  # older prometheus_client returns nothing; find the server thread's socket
-        server = next(t for t in threading.enumerate() if hasattr(t, "_target") and t.daemon)
-    return server, int(server.server_port)
+    def __init__(self, metrics: Metrics) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(metrics))  # type: ignore[arg-type]
+
+    def render(self) -> tuple[bytes, str]:
+        """(body, content type)"""
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), str(CONTENT_TYPE_LATEST)

@@ -31,7 +31,7 @@ from .budget import Budget
 from .connection import Connection
 from .context import HandlerTable, ServerContext
 from .listing import LISTING_HANDLERS
-from .metrics import Metrics, serve_metrics
+from .metrics import Metrics
 from .resources import (
     connection_cap,
     default_read_cache_mb,
@@ -224,9 +224,11 @@ class Server:
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         if c.http_port >= 0:
+            from ..relay import start_http  # /metrics and the Databus relay, on this loop
+
             try:
-                self._metrics_server, self.metrics_port = serve_metrics(
-                    self.ctx.metrics, c.http_host, c.http_port, self._http_tls()
+                self._metrics_server = await start_http(
+                    self.ctx, c, ssl=self.tls, auth=self._http_auth()
                 )
             except OSError as e:
                 self._listener.close()
@@ -234,11 +236,18 @@ class Server:
                 raise StartupError(
                     f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
                 ) from e
+            self.metrics_port = self._metrics_server.port
 
-    def _http_tls(self) -> tuple[str, str, str] | None:
-        """The HTTP port's TLS files (the same as the wire port's), or None."""
-        c = self.config
-        return (c.tls_cert_file, c.tls_key_file, c.tls_client_ca_file) if self.tls else None
+    def _http_auth(self) -> Any:
+        """auth.ControllerAuth when the HTTP port requires credentials (http_auth = on)."""
+        if self.config.http_auth != "on":
+            return None
+        from ..auth import SecurityError, password_checker
+
+        try:
+            return password_checker(self.config)
+        except SecurityError as e:
+            raise StartupError(str(e)) from e
 
     def _new_connection(self) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
@@ -324,6 +333,8 @@ class Server:
             self._sweeper.cancel()
         if self.controller is not None:
             await self.controller.stop()
+        if self._metrics_server is not None:
+            await self._metrics_server.close()
         for conn in list(self.connections):
             if conn.transport is not None and not conn.closed:
                 conn.transport.pause_reading()
@@ -337,8 +348,6 @@ class Server:
             await asyncio.wait([task], timeout=5)
         await self.ctx.tables.close()
         await self.ctx.store.close()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
         log.info("stopped cleanly")
 
 

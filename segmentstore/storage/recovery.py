@@ -1,19 +1,23 @@
 # Recovery of one container: newest checkpoint + replay of the log after it.
 #
 # Contract. ``recover`` runs in a worker thread (it does nothing but disk I/O and parsing) and
-# returns the committed state as of the last good log record:
-# * chunk files are first made to match the checkpoint (files of unknown segments and chunks
-#   outside [start offset, length) are deleted, the last chunk is cut to the checkpointed
-#   length), because anything the storage writer wrote after the checkpoint is re-derived
-#   from the log;
-# * records after the checkpoint are replayed in sequence order; data goes straight back into
-#   chunk files (buffered, written in large pieces, not synced: the log stays until the next
-#   checkpoint syncs them), so recovery needs memory for a bounded buffer, not for the log;
-# * replay stops at the first record with a wrong length, CRC, type or sequence number. A bad
-#   tail in the newest file is a torn write and is cut off (logged as a warning); bad data
-#   in an older file is corruption of acknowledged data (logged as an error) and that file's
-#   rest plus every later file are renamed ``*.discarded`` and ignored, because replaying
-#   past a gap would build a state that never existed.
+# returns the committed state as of the last good log record, or raises StoreCorrupted
+# (naming the file and the repair command) and then has changed no log file:
+# * a damaged checkpoint, or a missing one where the log shows there was one, refuses;
+# * chunk files are made to match the checkpoint (files of unknown segments and chunks
+#   outside [start offset, length) are deleted; the block checksums of each last chunk are
+#   cut back to the checkpointed length), because anything the storage writer wrote after
+#   the checkpoint is re-derived from the log; a segment whose chunk files are missing or
+#   short is marked damaged (its reads fail; the store starts);
+# * records after the checkpoint are replayed in sequence order through operations.py's
+#   rules; data goes straight back into chunk files (buffered, written in large pieces, not
+#   synced: the log stays until the next checkpoint syncs them), so recovery needs memory
+#   for a bounded buffer, not for the log;
+# * replay stops at the first record with a wrong length, CRC, type or sequence number. If no
+#   intact record follows it in the last file with records, it is a torn tail: cut (a
+#   WARNING). Anything else is damage (damage.py): refused, unless the fsync mode lets a
+#   power loss leave it there; then the prefix is kept and the rest set aside, never deleted.
+#   ``dry_run`` (``segmentstore check``) changes nothing on disk.
 from __future__ import annotations
 
 import logging

@@ -332,3 +332,28 @@ def test_tail_follow_rides_out_a_server_restart(server_factory: Any) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_list_by_prefix_plain_long_and_json(cli: CliRunner, segment: str) -> None:
+    base = segment.rsplit("/", 1)[0]
+    names = [f"{base}/b", f"{base}/a", f"{base}x/other"]
+    for name in names:
+        assert cli("segment", "create", name).returncode == 0
+    assert cli("segment", "write", f"{base}/a", "one", "two").returncode == 0
+    r = cli("segment", "list", f"{base}/")
+    assert r.returncode == 0, r.stderr
+    assert lines(r.stdout) == [f"{base}/a", f"{base}/b"]  # sorted; the other prefix left out
+    r = cli("segment", "list", f"{base}/", "--json")
+    assert [json.loads(x) for x in lines(r.stdout)] == [
+        {"segment": f"{base}/a"},
+        {"segment": f"{base}/b"},
+    ]
+    r = cli("segment", "list", f"{base}/", "--long")
+    header, first, second = lines(r.stdout)
+    assert header.split()[:4] == ["SEGMENT", "LENGTH", "START", "EVENTS"]
+    assert first.split()[:4] == [f"{base}/a", "22", "0", "2"]
+    assert second.split()[0] == f"{base}/b"
+    r = cli("segment", "list", f"{base}-nothing-here/")
+    assert r.returncode == 0 and r.stdout == b""
+    everything = lines(cli("segment", "list").stdout)
+    assert set(names) <= set(everything)

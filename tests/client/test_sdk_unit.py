@@ -163,6 +163,7 @@ def test_error_replies_map_to_named_exceptions() -> None:
         (protocol.AuthTokenCheckFailed(1, "", 0), sc.AuthenticationFailed, False),
         (protocol.OperationUnsupported(1, "op"), sc.OperationUnsupported, False),
         (protocol.ErrorMessage(1, seg, "bad", 0), sc.InvalidArgument, False),
+        (protocol.ErrorMessage(1, seg, "append failed: disk full", -1), sc.ServerFailure, True),
         (protocol.ConditionalCheckFailed(w, 3, 1), sc.ConditionalCheckFailed, False),
         (protocol.InvalidEventNumber(w, 1, "", 3), sc.WriterFenced, False),
         (protocol.TableKeyDoesNotExist(1, seg, ""), sc.TableKeyDoesNotExist, False),

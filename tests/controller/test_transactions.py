@@ -201,3 +201,27 @@ async def test_crash_between_the_merges_of_a_commit_finishes_exactly_once(tmp_pa
         assert not store.exists(rec.seg_name(sid) + txn.suffix)
     await tables.close()
     await store.close()
+
+
+def test_sealing_a_stream_aborts_its_open_transactions(ctl: Ctl) -> None:
+    stub = ctl.stub()
+    create_stream(stub, "q", "s", 2)
+    info = stream_info("q", "s")
+    txn = _create_txn(stub, "q", "s", 60_000)
+    assert stub.sealStream(info).status == pb.UpdateStreamStatus.SUCCESS
+    assert (
+        stub.checkTransactionState(pb.TxnRequest(streamInfo=info, txnId=txn.txnId)).state
+        == pb.TxnState.ABORTED
+    )
+    assert (
+        stub.commitTransaction(pb.TxnRequest(streamInfo=info, txnId=txn.txnId)).status
+        == pb.TxnStatus.FAILURE
+    )
+    with pytest.raises(grpc.RpcError) as e:
+        _create_txn(stub, "q", "s", 60_000)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert stub.deleteStream(info).status == pb.DeleteStreamStatus.SUCCESS
+    assert (
+        stub.commitTransaction(pb.TxnRequest(streamInfo=info, txnId=txn.txnId)).status
+        == pb.TxnStatus.STREAM_NOT_FOUND
+    )

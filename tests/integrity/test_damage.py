@@ -321,3 +321,15 @@ def test_pristine_directory_checks_clean(
     source, _ = pristine
     assert cli.main(["check", str(source)]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+async def test_offline_commands_refuse_while_a_store_has_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with await SegmentStore.open(_config(tmp_path)):
+        assert cli.main(["check", str(tmp_path)]) == 3
+        assert cli.main(["repair", str(tmp_path), "--truncate-at", "x:0"]) == 3
+    assert "in use" in capsys.readouterr().err
+    assert cli.main(["check", str(tmp_path / "nowhere")]) == 2
+    bad = ["repair", str(tmp_path), "--truncate-at", "container-0000/log/none.log:0"]
+    assert cli.main(bad) == 2

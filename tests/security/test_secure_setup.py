@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -239,3 +240,34 @@ def test_controller_rpcs_are_authorized_per_resource(secure: Secure) -> None:
                 call(method, request, creds)
             assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED, method
         call("listScopes", pb.ScopesRequest(), secure.static_token)
+
+
+def test_http_port_requires_credentials_when_asked(tmp_path: Path) -> None:
+    import base64
+    import urllib.error
+    import urllib.request
+
+    s = _secure_server(tmp_path, "600", "--http-auth", "on", "--http-port", "0")
+    try:
+        ctx = ssl.create_default_context(cafile=s.pki.ca_pem)
+        for path in ("/metrics", "/"):
+            url = f"https://127.0.0.1:{s.server.http_port}{path}"
+
+            def get(header: str | None, url: str = url) -> int:
+                req = urllib.request.Request(url)
+                if header is not None:
+                    req.add_header("Authorization", header)
+                try:
+                    with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                        return int(r.status)
+                except urllib.error.HTTPError as e:
+                    return e.code
+
+            basic = "Basic " + base64.b64encode(b"alice:alice-pw").decode()
+            wrong = "Basic " + base64.b64encode(b"alice:nope").decode()
+            assert get(None) == 401, path
+            assert get(wrong) == 401, path
+            assert get(basic) == 200, path
+            assert get(f"Bearer {s.static_token}") == 200, path
+    finally:
+        s.server.kill()

@@ -203,16 +203,19 @@ class Harness:
 
 
 @contextlib.asynccontextmanager
-async def harness(data_dir: Path, **settings: Any) -> AsyncIterator[Harness]:
+async def harness(
+    data_dir: Path, store: dict[str, Any] | None = None, **settings: Any
+) -> AsyncIterator[Harness]:
     """A server object (no listener, no sweeper task) over a real store in ``data_dir``;
-    ``settings`` override ServerConfig fields."""
+    ``settings`` override ServerConfig fields, ``store`` StoreConfig fields."""
     config = ServerConfig(data_dir=data_dir, http_port=-1, **settings).validate()
     # Small log files: the store zero-fills spare ones at open, and tests open many stores.
-    store_config = StoreConfig(data_dir=data_dir, fsync="never", log_file_bytes=4 << 20)
-    store = await SegmentStore.open(store_config)
-    tables = await TableStore.open(store)
+    options: dict[str, Any] = {"fsync": "never", "log_file_bytes": 4 << 20, **(store or {})}
+    store_config = StoreConfig(data_dir=data_dir, **options)
+    segments = await SegmentStore.open(store_config)
+    tables = await TableStore.open(segments)
     clock = Clock()
-    ctx = ServerContext(store, tables, Metrics(), tail_read_timeout=config.tail_read_timeout_s)
+    ctx = ServerContext(segments, tables, Metrics(), tail_read_timeout=config.tail_read_timeout_s)
     server = Server(config, ctx, clock=clock, max_connections=100)
     try:
         yield Harness(server, clock)
@@ -222,4 +225,4 @@ async def harness(data_dir: Path, **settings: Any) -> AsyncIterator[Harness]:
                 conn.transport.close()
         await asyncio.sleep(0)
         await tables.close()
-        await store.close()
+        await segments.close()

@@ -20,6 +20,7 @@ from segmentstore_client.protocol import (
     KeepAlive,
     ReadSegment,
     SegmentCreated,
+    SegmentIsSealed,
     SegmentRead,
     SetupAppend,
     StreamSegmentInfo,
@@ -297,3 +298,63 @@ async def test_store_wide_input_budget_pauses_partial_frames(tmp_path: Path) -> 
         for p in peers:
             await p.until(lambda p=p: len(acks(p)) == 1, "ack")
         assert h.server.input_budget.used == 0 and peers[1].transport.reading
+
+
+async def test_append_to_a_sealed_segment_ends_the_session(tmp_path: Path) -> None:
+    """Guards Appends._drain's failure path: SegmentIsSealed for the writer's append, the
+    session dropped (more data for it closes the connection, reference 7.9)."""
+    async with harness(tmp_path) as h:
+        peer = h.connect()
+        await create(peer, "s")
+        w = uuid.uuid4()
+        await setup(peer, "s", w)
+        await h.server.ctx.store.seal("s")
+        peer.send_raw(append(w, 1, 100))
+        await peer.until(lambda: isinstance(peer.received[-1], SegmentIsSealed), "sealed")
+        assert peer.received[-1] == SegmentIsSealed(101, "s", "", 1)
+        assert not peer.closed
+        peer.send_raw(append(w, 2, 100))
+        await peer.until(lambda: peer.closed, "close")
+
+
+async def test_sweep_fits_high_water_to_the_fair_share(tmp_path: Path) -> None:
+    """Guards the retune in Connection.check_timeouts: more connections, smaller shares."""
+    async with harness(tmp_path, store_output_bytes=4096 * KiB) as h:
+        first = h.connect()
+        h.server.sweep()
+        alone = first.transport.high
+        others = [h.connect() for _ in range(15)]
+        h.server.sweep()
+        assert first.transport.high < alone
+        assert first.transport.high == others[0].transport.high == 128 * KiB
+        assert first.conn.read_cap == 128 * KiB
+
+
+async def test_reads_from_chunk_files_wait_for_output_room(tmp_path: Path) -> None:
+    """Guards Connection.reserve_output: reads that miss the cache (served from chunk
+    files) reserve their size first, so a peer that does not read gets one at a time."""
+    store = {"read_cache_bytes": 256 * KiB, "flush_bytes": 128 * KiB}
+    async with harness(tmp_path, store=store, connection_write_buffer_bytes=64 * KiB) as h:
+        peer = h.connect()
+        await create(peer, "s")
+        w = uuid.uuid4()
+        await setup(peer, "s", w)
+        for n in range(1, 33):
+            peer.send_raw(append(w, n, 64 * KiB))
+            await peer.until(lambda n=n: len(acks(peer)) == n, "ack")
+        segments = h.server.ctx.store
+        await peer.until(lambda: segments.try_read("s", 0, 1024) is None, "evicted", read=False)
+        peer.read()
+        for i in range(10):
+            peer.send(ReadSegment("s", i * 128 * KiB, 128 * KiB, "", 500 + i))
+        await peer.until(lambda: peer.transport.writing_paused, "paused", read=False)
+        for _ in range(200):  # the disk reads that could go have gone
+            await peer.settle()
+        held = len(peer.transport.outbox)
+        assert held <= 64 * KiB + 2 * 128 * KiB + 4 * KiB, held
+        await peer.until(
+            lambda: sum(isinstance(c, SegmentRead) for c in peer.received) == 10, "10 reads"
+        )
+        assert [c.request_id for c in peer.received if isinstance(c, SegmentRead)] == [
+            500 + i for i in range(10)
+        ]

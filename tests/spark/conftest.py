@@ -30,14 +30,21 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """The session's SparkSession, with the segmentstore formats registered."""
+    """The session's SparkSession. ``segmentstore`` is found by Spark's automatic
+    registration (``pyspark_segmentstore`` on the workers' path, as a regular install
+    puts it); only the test format ``segmentstore_faulty`` is registered by hand."""
     from pyspark.sql import SparkSession
-    from segmentstore_client.spark import register
 
     # Python workers must import this package's helper module (tests.spark.faulty) and
-    # run on this interpreter; local-mode workers inherit the driver's environment.
+    # run on this interpreter; local-mode workers inherit the driver's environment. The
+    # editable install hides pyspark_segmentstore from pkgutil.iter_modules (Spark's
+    # lookup), so its directory goes on the path as a regular install would.
     top = Path(faulty.__file__).resolve().parents[len(faulty.__name__.split(".")) - 1]
-    paths = [str(top), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    paths = [
+        str(top),
+        str(Path(__file__).resolve().parents[2] / "client"),
+        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+    ]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -55,7 +62,6 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    register(session)
     session.dataSource.register(faulty.FaultySegmentStore)
     yield session
     session.stop()

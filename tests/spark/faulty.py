@@ -23,11 +23,7 @@ from typing import Any
 
 from pyspark import TaskContext
 from segmentstore_client.spark.datasource import SegmentStoreDataSource, SegmentStoreWriter
-from segmentstore_client.spark.options import (
-    event_number,
-    transaction_segment,
-    writer_id,
-)
+from segmentstore_client.spark.options import event_number, writer_id
 from segmentstore_client.spark.streaming import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
@@ -68,7 +64,7 @@ def _failing(
 def _wait_durable(job: WriteJob, partition: int, groups: int) -> None:
     opts = job.options
     target = opts.target_of(partition)
-    dest = transaction_segment(job.identity, target, partition) if opts.atomic else target
+    dest = job.destination(partition)
     wid = writer_id(job.identity, target, partition)
     want = event_number(groups - 1) if groups > 0 else 0
     client = connect(opts.endpoint)
@@ -110,6 +106,7 @@ class FaultyWriter(SegmentStoreWriter):
 class FaultyStreamWriter(SegmentStoreStreamWriter):
     def __init__(self, base: SegmentStoreStreamWriter, options: dict[str, str]) -> None:
         super().__init__(base.options, base.schema_json)
+        self.run = base.run
         self.fault_options = options
 
     def write(self, iterator: Iterator[Any]) -> Any:
@@ -121,19 +118,27 @@ class FaultyStreamWriter(SegmentStoreStreamWriter):
         ):
             query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
             batch_id = int(ctx.getLocalProperty(BATCH_ID_PROPERTY))
-            job = stream_job(self.options, self.schema_json, query_id, batch_id)
+            job = stream_job(self.options, self.schema_json, query_id, batch_id, self.run)
             iterator = _failing(iterator, self.fault_options, job, p)
         return super().write(iterator)
 
 
+FAULT_KEYS = ("fail_partition", "fail_after_rows", "fail_attempts", "fail_flag", "commit_log")
+
+
 class FaultySegmentStore(SegmentStoreDataSource):
+    """The real source; the fault options are taken out before it checks its options."""
+
+    def __init__(self, options: Any) -> None:
+        self.fault = {k: str(options[k]) for k in FAULT_KEYS if k in options}
+        super().__init__({k: v for k, v in options.items() if k.lower() not in FAULT_KEYS})
+
     @classmethod
     def name(cls) -> str:
         return "segmentstore_faulty"
 
     def _fault_options(self) -> dict[str, str]:
-        keys = ("fail_partition", "fail_after_rows", "fail_attempts", "fail_flag", "commit_log")
-        return {k: str(self.options[k]) for k in keys if k in self.options}
+        return self.fault
 
     def writer(self, schema: Any, overwrite: bool) -> FaultyWriter:
         base = super().writer(schema, overwrite)

@@ -6,6 +6,7 @@ import datetime as dt
 import itertools
 import uuid
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -26,6 +27,7 @@ from segmentstore_client import records, sync
 from segmentstore_client.errors import EventTooLarge
 from segmentstore_client.spark.codec import (
     ArrowEncoder,
+    CodecError,
     RowsToArrow,
     conform,
     decode_arrow,
@@ -151,6 +153,37 @@ def test_conform_selects_casts_and_fills() -> None:
     assert out.column(1).to_pylist() == [1, 2] and out.column(2).null_count == 2
 
 
+@pytest.mark.parametrize(
+    ("src", "dst", "ok"),
+    [
+        (pa.int32(), pa.int64(), True),
+        (pa.int32(), pa.float64(), True),
+        (pa.float32(), pa.float64(), True),
+        (pa.decimal128(10, 2), pa.decimal128(12, 3), True),
+        (pa.timestamp("us", tz="Europe/Paris"), pa.timestamp("us", tz="UTC"), True),
+        (pa.list_(pa.int32()), pa.list_(pa.int64()), True),
+        (pa.int64(), pa.bool_(), False),
+        (pa.int32(), pa.bool_(), False),
+        (pa.timestamp("us", tz="UTC"), pa.date32(), False),
+        (pa.timestamp("us"), pa.timestamp("us", tz="UTC"), False),
+        (pa.float64(), pa.float32(), False),
+        (pa.int64(), pa.float64(), False),
+        (pa.int64(), pa.int32(), False),
+        (pa.decimal128(10, 2), pa.decimal128(10, 1), False),
+        (pa.string(), pa.int64(), False),
+        (pa.list_(pa.int64()), pa.list_(pa.int32()), False),
+    ],
+)
+def test_conform_refuses_lossy_casts(src: pa.DataType, dst: pa.DataType, ok: bool) -> None:
+    batch = pa.record_batch({"c": pa.array([None], src)})
+    target = pa.schema([pa.field("c", dst)])
+    if ok:
+        assert conform(batch, target).schema.equals(target)
+    else:
+        with pytest.raises(CodecError, match=r"column 'c' holds .* without losing information"):
+            conform(batch, target)
+
+
 @pytest.mark.parametrize("sizes", [[10], [3, 3, 3, 1], [1] * 10, [7, 0, 3], [25]])
 def test_iter_slices_cuts_exact_groups(sizes: list[int]) -> None:
     data = list(range(sum(sizes)))
@@ -197,7 +230,11 @@ def test_identities_are_stable_and_attempt_free() -> None:
     a, b = write_identity("job-1"), write_identity("job-1")
     assert a == b and write_identity(None) != write_identity(None)
     assert writer_id(a, "s", 3) == writer_id(b, "s", 3) != writer_id(a, "s", 4)
-    txn = transaction_segment(a, "scope/stream/0", 1)
+    run = uuid.uuid4()
+    txn = transaction_segment(a, run, "scope/stream/0", 1)
+    assert txn == transaction_segment(b, run, "scope/stream/0", 1)
+    assert txn != transaction_segment(a, uuid.uuid4(), "scope/stream/0", 1)  # another run
+    assert write_identity("job-1", 1) != write_identity("job-1", 2) != a
     assert txn.startswith("scope/stream/0#transaction.") and len(txn.split(".")[-1]) == 32
     assert isinstance(writer_id(a, "s", 0), uuid.UUID)
 
@@ -210,7 +247,7 @@ def test_options_are_checked() -> None:
         WriteOptions.parse({**base, "segment": "a", "segments": "b"})
     with pytest.raises(OptionError, match="encoding"):
         WriteOptions.parse({**base, "segment": "a", "encoding": "csv"})
-    with pytest.raises(OptionError, match="rows_per_event"):
+    with pytest.raises(OptionError, match="rowsPerEvent"):
         WriteOptions.parse({**base, "segment": "a", "rows_per_event": "0"})
     with pytest.raises(OptionError, match="atomic"):
         WriteOptions.parse({**base, "segment": "a", "atomic": "maybe"})
@@ -222,6 +259,51 @@ def test_options_are_checked() -> None:
     assert WriteOptions.parse({**base, "segment": "a", "encoding": "msgpack"}).compression == "none"
     r = ReadOptions.parse({**base, "segment": "a", "output": "RAW", "partition_bytes": "1_048_576"})
     assert r.output == "raw" and r.partition_bytes == 1 << 20
+
+
+def test_options_take_camel_case_and_aliases_and_reject_unknown_ones() -> None:
+    base = {"endpoint": "tcp://127.0.0.1:1", "segment": "a"}
+    # Spark lowercases keys; camelCase, its lowercase and the snake_case alias all work
+    for key in ("writeId", "writeid", "write_id", "WRITE_ID"):
+        assert WriteOptions.parse({**base, key: "w"}).write_id == "w"
+    opts = WriteOptions.parse({**base, "rowsPerEvent": "7", "timeout": "2.5", "writeId": "x"})
+    assert opts.rows_per_event == 7 and opts.timeout == 2.5 and opts.timeouts.connect == 2.5
+    r = ReadOptions.parse({**base, "startingoffsets": "latest", "maxBytesPerTrigger": "4096"})
+    assert r.starting_offsets == "latest" and r.max_bytes_per_trigger == 4096
+    assert ReadOptions.parse({**base, "max_bytes_per_trigger": "9"}).max_bytes_per_trigger == 9
+    # a typo must not silently drop a guarantee
+    with pytest.raises(OptionError, match=r"'atomc' is unknown.*did you mean 'atomic'.*known"):
+        WriteOptions.parse({**base, "atomc": "true"})
+    with pytest.raises(OptionError, match=r"known options: .*writeId"):
+        WriteOptions.parse({**base, "bogus": "1"})
+    with pytest.raises(OptionError, match="other direction"):
+        ReadOptions.parse({**base, "atomic": "true"})
+    assert WriteOptions.parse({**base, "saveMode": "ErrorIfExists"}).save_mode == "error"
+    with pytest.raises(OptionError, match="saveMode"):
+        WriteOptions.parse({**base, "savemode": "overwrite"})
+    with pytest.raises(OptionError, match="given twice"):
+        WriteOptions.parse({**base, "writeId": "a", "write_id": "b"})
+    with pytest.raises(OptionError, match=r"writeVersion.*needs.*writeId"):
+        WriteOptions.parse({**base, "writeVersion": "3"})
+    with pytest.raises(OptionError, match="timeout"):
+        ReadOptions.parse({**base, "timeout": "soon"})
+    with pytest.raises(OptionError, match="control character"):
+        WriteOptions.parse({**base, "segment": "a\x01b"})
+    # Spark's own keys pass; `path` (load("x") / save("x")) names the segment
+    assert ReadOptions.parse({"endpoint": "tcp://h:1", "path": "s/0"}).segments == ("s/0",)
+    assert WriteOptions.parse({**base, "checkpointLocation": "/tmp/c"}).segments == ("a",)
+
+
+def test_option_table_documents_every_option() -> None:
+    from segmentstore_client.spark.option_table import OPTIONS, markdown_table
+
+    table = markdown_table()
+    names = [o.name for o in OPTIONS]
+    assert len(set(names)) == len(names)
+    for o in OPTIONS:
+        assert f"| `{o.name}` |" in table and o.doc
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    assert table in readme.read_text(), "README's Spark options table is stale"
 
 
 def _payloads(sizes: list[int]) -> list[bytes]:

@@ -4,7 +4,9 @@ Install with ``pip install segmentstore[spark]`` (pyspark, pyarrow, msgpack) on 
 and every executor. ``import segmentstore_client`` never imports pyspark; this package
 does.
 
-Batch, exactly once (task retries, speculation and, with ``write_id``, driver retries)::
+Batch, exactly once (task retries, speculation and, with ``writeId``, driver retries).
+Spark 4 registers the format by itself when this package is installed (the
+``pyspark_segmentstore`` module); otherwise call ``register(spark)`` once per session::
 
     from segmentstore_client.spark import register
     register(spark)                       # spark.dataSource.register(SegmentStoreDataSource)
@@ -12,7 +14,7 @@ Batch, exactly once (task retries, speculation and, with ``write_id``, driver re
     (df.write.format("segmentstore")
        .option("endpoint", "tcp://127.0.0.1:12345")
        .option("segment", "orders/0")
-       .option("write_id", "orders-2024-05-01")
+       .option("writeId", "orders-2024-05-01")
        .mode("append").save())
 
     back = (spark.read.format("segmentstore")
@@ -35,9 +37,10 @@ from __future__ import annotations
 from typing import Any
 
 from .codec import CodecError
+from .commit import WriteIdReused, WriteReport
 from .foreach import partition_writer
 from .options import OptionError, ReadOptions, WriteOptions
-from .writer import PartitionCommit, WriteAborted, WriteReport
+from .writer import PartitionCommit, WriteAborted, WriteFenced
 
 try:
     from .datasource import FORMAT_NAME, SegmentStoreDataSource
@@ -47,6 +50,24 @@ except ImportError as _e:  # pragma: no cover - Spark < 4 has no Python data sou
     _DATASOURCE_ERROR: ImportError | None = _e
 else:
     _DATASOURCE_ERROR = None
+
+
+def activate(spark: Any) -> None:
+    """Make ``spark`` the active session of the calling thread.
+
+    Spark 4 looks up the format of ``df.write`` in the calling thread's *active*
+    session; a thread other than the one that built the session has none, and the
+    write fails with ``DATA_SOURCE_NOT_FOUND`` (reads are not affected), even for a
+    source Spark registered by itself. Call this once in such a thread before writing.
+
+    Example::
+
+        def job():
+            activate(spark)
+            df.write.format("segmentstore").option(...).mode("append").save()
+        threading.Thread(target=job).start()
+    """
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
 def register(spark: Any) -> None:
@@ -77,8 +98,11 @@ __all__ = [
     "SegmentStoreStreamReader",
     "SegmentStoreStreamWriter",
     "WriteAborted",
+    "WriteFenced",
+    "WriteIdReused",
     "WriteOptions",
     "WriteReport",
+    "activate",
     "partition_writer",
     "register",
 ]

@@ -154,15 +154,26 @@ def _with_schema(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
 
-def decode_arrow(payload: bytes | memoryview) -> tuple[pa.Schema, list[pa.RecordBatch]]:
-    """The schema and record batches of one Arrow IPC stream payload.
+def decode_arrow(
+    payload: bytes | memoryview, columns: frozenset[str] | None = None
+) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """The schema and record batches of one Arrow IPC stream payload; with ``columns``
+    (lowercase names) only those columns are decoded (and decompressed).
 
     Example::
 
         schema, batches = decode_arrow(payload)
+        _, only_ids = decode_arrow(payload, frozenset({"id"}))
     """
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        buf = pa.py_buffer(payload)
+        reader = pa.ipc.open_stream(buf)
+        if columns is not None:
+            names = reader.schema.names
+            keep = [i for i, n in enumerate(names) if n.lower() in columns]
+            if len(keep) < len(names):
+                options = pa.ipc.IpcReadOptions(included_fields=keep)
+                reader = pa.ipc.open_stream(buf, options=options)
         batches = list(reader)
     except (pa.ArrowInvalid, OSError) as e:
         raise CodecError(f"not an Arrow IPC stream: {e}") from e
@@ -175,11 +186,87 @@ def spark_schema_of_arrow(schema: pa.Schema) -> StructType | None:
     return schema_from_json(raw.decode()) if raw else None
 
 
+def _widens(src: pa.DataType, dst: pa.DataType) -> bool:
+    """True when every value of ``src`` is exactly a value of ``dst`` (ints to wider
+    ints or to a float that holds them exactly, floats to doubles, decimals to decimals
+    with as many integer and fraction digits)."""
+    t = pa.types
+    if t.is_integer(src) and t.is_integer(dst):
+        if t.is_signed_integer(src) and t.is_unsigned_integer(dst):
+            return False
+        extra = 1 if t.is_unsigned_integer(src) and t.is_signed_integer(dst) else 0
+        return bool(src.bit_width + extra <= dst.bit_width)
+    if t.is_integer(src) and t.is_floating(dst):
+        mantissa = {16: 11, 32: 24, 64: 53}[dst.bit_width]
+        return bool(src.bit_width <= mantissa)
+    if t.is_floating(src) and t.is_floating(dst):
+        return bool(src.bit_width <= dst.bit_width)
+    if t.is_decimal(src) and t.is_decimal(dst):
+        return bool(
+            src.scale <= dst.scale and src.precision - src.scale <= dst.precision - dst.scale
+        )
+    return False
+
+
+def lossless(src: pa.DataType, dst: pa.DataType) -> bool:
+    """True when reading ``src`` values as ``dst`` changes nothing but labels or widens
+    exactly: identical types, a timestamp's time-zone label, field nullability, string
+    and binary offset widths, exact numeric widening, and the same at any depth.
+
+    Example::
+
+        lossless(pa.int32(), pa.int64())     # True
+        lossless(pa.int64(), pa.bool_())     # False
+    """
+    t = pa.types
+    if src.equals(dst):
+        return True
+    if t.is_timestamp(src) and t.is_timestamp(dst):
+        # Only the zone label may differ; a zone-less (wall clock) value is not an instant.
+        return bool(src.unit == dst.unit and (src.tz is None) == (dst.tz is None))
+    if (t.is_string(src) or t.is_large_string(src)) and (
+        t.is_string(dst) or t.is_large_string(dst)
+    ):
+        return True
+    if (t.is_binary(src) or t.is_large_binary(src)) and (
+        t.is_binary(dst) or t.is_large_binary(dst)
+    ):
+        return True
+    if (t.is_list(src) or t.is_large_list(src)) and (t.is_list(dst) or t.is_large_list(dst)):
+        return lossless(src.value_type, dst.value_type)
+    if t.is_map(src) and t.is_map(dst):
+        return lossless(src.key_type, dst.key_type) and lossless(src.item_type, dst.item_type)
+    if t.is_struct(src) and t.is_struct(dst):
+        have = {src.field(i).name: src.field(i).type for i in range(src.num_fields)}
+        for i in range(dst.num_fields):
+            f = dst.field(i)
+            if f.name in have and not lossless(have[f.name], f.type):
+                return False
+        return True
+    return _widens(src, dst)
+
+
+def check_lossless(src: pa.Schema, target: pa.Schema) -> None:
+    """Raise :class:`CodecError` naming the first column of ``target`` that ``src``
+    holds with a type it cannot be read as without losing information."""
+    lower = {n.lower(): i for i, n in enumerate(src.names)}
+    for field in target:
+        idx = src.get_field_index(field.name)
+        if idx < 0:
+            idx = lower.get(field.name.lower(), -1)
+        if idx >= 0 and not lossless(src.field(idx).type, field.type):
+            raise CodecError(
+                f"column {field.name!r} holds {src.field(idx).type}, which cannot be read as "
+                f"{field.type} without losing information; read it as stored and cast in "
+                "Spark if that is what you want"
+            )
+
+
 def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     """``batch`` with exactly ``target``'s columns (by name; case-insensitive as a
     fallback), types and nullability: what Spark checks a data source's batches against.
-    Missing columns become nulls; differing types are cast (an Arrow cast, lossless for the
-    tz-label and nullability differences a round trip produces).
+    Missing columns become nulls; a differing type is cast only when the cast is
+    :func:`lossless`, otherwise :class:`CodecError` names the column.
 
     Example::
 
@@ -200,6 +287,8 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
             continue
         col = batch.column(idx)
         if not col.type.equals(field.type):
+            if not lossless(col.type, field.type):
+                check_lossless(batch.schema, pa.schema([field]))
             try:
                 col = col.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:

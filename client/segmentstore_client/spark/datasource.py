@@ -1,17 +1,17 @@
 """The ``segmentstore`` data source (Spark 4's Python Data Source API).
 
-Register it once per session with :func:`segmentstore_client.spark.register`, then::
+Spark 4 registers it by itself when the package is installed (``pyspark_segmentstore``);
+otherwise register it once per session with :func:`segmentstore_client.spark.register`::
 
     (df.write.format("segmentstore")
        .option("endpoint", "tcp://127.0.0.1:12345")
        .option("segment", "orders/0")
-       .option("write_id", "orders-2024-05-01")   # makes driver retries idempotent
-       .mode("append").save())
+       .option("writeId", "orders-2024-05-01")    # makes driver retries idempotent
+       .mode("append").save())                     # or "overwrite" (atomic replace)
 
     spark.read.format("segmentstore").option("endpoint", ...).option("segment", ...).load()
 
-Options are documented on :class:`~.options.WriteOptions` and
-:class:`~.options.ReadOptions`.
+Options are the rows of :data:`~.option_table.OPTIONS`.
 """
 
 from __future__ import annotations
@@ -25,42 +25,54 @@ from pyspark.sql.types import StructType
 
 from ..errors import SegmentStoreError
 from .codec import schema_json_of
-from .options import OptionError, ReadOptions, WriteOptions, write_identity
+from .commit import abort_write, commit_write
+from .connect import open_client
+from .options import OptionError, ReadOptions, WriteOptions, marker_of, write_identity
 from .reader import (
     RAW_SCHEMA,
     RECORDS_SCHEMA,
     SegmentStoreReader,
+    check_read_schema,
     infer_schema,
+    readable_start,
     with_offset_columns,
 )
 from .streaming import SegmentStoreStreamReader, SegmentStoreStreamWriter
-from .writer import (
-    PartitionCommit,
-    WriteAborted,
-    WriteJob,
-    abort_write,
-    arrow_groups,
-    commit_write,
-    write_partition,
-)
+from .writer import PartitionCommit, WriteAborted, WriteJob, arrow_groups, write_partition
 
 FORMAT_NAME = "segmentstore"
 
 
-def prepare_targets(options: WriteOptions) -> None:
+def prepare_targets(options: WriteOptions) -> list[str]:
     """On the driver, before any task: create the target segments (``create``, the
-    default) or check that they exist, so a wrong endpoint or name fails the write early."""
-    from ..sync import connect as sync_connect
-
-    client = sync_connect(options.endpoint)
+    default) or check that they exist, so a wrong endpoint or name fails the write early.
+    Returns the targets that already hold data (for ``saveMode``)."""
+    client = open_client(options.endpoint, options.timeouts)
+    busy: list[str] = []
     try:
         for seg in options.segments:
             if options.create:
                 client.create_segment(seg, exist_ok=True)
-            else:
-                client.segment_info(seg)
+            info = client.segment_info(seg)
+            if info.length > readable_start(client, seg, info):
+                busy.append(seg)
     finally:
         client.close()
+    return busy
+
+
+def select_columns(schema: StructType, columns: tuple[str, ...] | None) -> StructType:
+    """``schema`` reduced to ``columns`` (in that order; names case-insensitive)."""
+    if columns is None:
+        return schema
+    by_name = {f.name.lower(): f for f in schema.fields}
+    missing = [c for c in columns if c.lower() not in by_name]
+    if missing:
+        raise OptionError(
+            f"option 'columns': {', '.join(map(repr, missing))} not in the data "
+            f"(columns: {', '.join(schema.names)})"
+        )
+    return StructType([by_name[c.lower()] for c in columns])
 
 
 class SegmentStoreWriter(DataSourceArrowWriter):  # type: ignore[misc]
@@ -80,6 +92,9 @@ class SegmentStoreWriter(DataSourceArrowWriter):  # type: ignore[misc]
         if ctx is None:
             raise SegmentStoreError("the segmentstore writer must run inside a Spark task")
         job = self.job
+        if job.ignore:  # saveMode=ignore and a target holds data: write nothing
+            target = job.options.target_of(ctx.partitionId())
+            return PartitionCommit(ctx.partitionId(), ctx.attemptNumber(), target, target, "")
         return write_partition(
             job,
             ctx.partitionId(),
@@ -89,7 +104,8 @@ class SegmentStoreWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """All tasks succeeded: set the commit marker, merge transactions (``atomic``)."""
-        commit_write(self.job, messages)
+        if not self.job.ignore:
+            commit_write(self.job, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """A task failed for good: clean up (``atomic``) or report what is left; raises
@@ -117,41 +133,74 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
 
     def schema(self) -> StructType | str:
         """The read schema when none is given: fixed for ``raw``/``records``, the
-        ``schema`` option's DDL, or the Spark schema stored with the first event."""
+        ``schema`` option's DDL, or the Spark schema stored with the first event; only
+        the ``columns`` when that option is given (column pruning)."""
         opts = ReadOptions.parse(self.options)
         if opts.output == "raw":
-            return RAW_SCHEMA
+            return select_columns(RAW_SCHEMA, opts.columns)
         if opts.output == "records" and opts.record_format:
             from .record_formats import FORMAT_RECORDS_SCHEMA
 
-            return FORMAT_RECORDS_SCHEMA
+            return select_columns(FORMAT_RECORDS_SCHEMA, opts.columns)
         if opts.output == "records":
-            return RECORDS_SCHEMA
+            return select_columns(RECORDS_SCHEMA, opts.columns)
         if opts.schema_ddl:
+            if opts.columns is not None:
+                raise OptionError("give either 'schema' or 'columns', not both")
             extra = ", _segment STRING NOT NULL, _offset BIGINT NOT NULL"
             return opts.schema_ddl + (extra if opts.offset_columns else "")
-        inferred = infer_schema(opts)
-        return with_offset_columns(inferred) if opts.offset_columns else inferred
+        schema = select_columns(infer_schema(opts), opts.columns)
+        schema = with_offset_columns(schema) if opts.offset_columns else schema
+        # Spark pickles this instance after schema() and calls reader() on the copy: a
+        # read with this very schema needs no second look at the data to check it.
+        self._inferred = schema.json()
+        return schema
 
     def reader(self, schema: StructType) -> SegmentStoreReader:
-        """The batch reader."""
-        return SegmentStoreReader(ReadOptions.parse(self.options), schema)
+        """The batch reader; a read schema that would lose information on a column the
+        data holds fails here, on the driver, before any task starts."""
+        opts = ReadOptions.parse(self.options)
+        if getattr(self, "_inferred", None) != schema.json():
+            check_read_schema(opts, schema)
+        if opts.filter_pushdown:
+            from .pushdown import PushdownReader
+
+            return PushdownReader(opts, schema)
+        return SegmentStoreReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> SegmentStoreWriter:
-        """The batch writer of one write (its identity is fixed here, on the driver)."""
-        if overwrite:
-            raise OptionError("the segmentstore sink appends; use .mode('append')")
+        """The batch writer of one run of a write (identity and run fixed here, on the
+        driver). ``mode("overwrite")`` stages the write and replaces the targets'
+        contents atomically on commit (see :mod:`.commit`)."""
         opts = WriteOptions.parse(self.options)
-        prepare_targets(opts)
-        identity = write_identity(opts.write_id)
-        scope = f"write|{identity}" if opts.write_id is not None else None
-        return SegmentStoreWriter(WriteJob(opts, identity, schema_json_of(schema), scope, 0))
+        if overwrite and opts.save_mode != "append":
+            raise OptionError("saveMode applies to .mode('append') writes, not to overwrite")
+        busy = prepare_targets(opts)
+        if busy and opts.save_mode == "error":
+            raise SegmentStoreError(
+                f"target {busy[0]!r} already holds data (saveMode errorifexists); use "
+                "saveMode ignore, .mode('append') or .mode('overwrite')"
+            )
+        identity = write_identity(opts.write_id, opts.write_version)
+        scope, seq = marker_of(opts.write_id, opts.write_version, identity)
+        job = WriteJob(
+            opts,
+            identity,
+            schema_json_of(schema),
+            scope if opts.write_id is not None else None,
+            seq,
+            overwrite=overwrite,
+            ignore=bool(busy) and opts.save_mode == "ignore",
+        )
+        return SegmentStoreWriter(job)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> SegmentStoreStreamWriter:
         """The streaming sink (exactly once per micro-batch)."""
         if overwrite:
             raise OptionError("the segmentstore sink appends; use outputMode('append')")
         opts = WriteOptions.parse(self.options)
+        if opts.save_mode != "append":
+            raise OptionError("saveMode applies to batch writes; a streaming sink appends")
         prepare_targets(opts)
         return SegmentStoreStreamWriter(opts, schema_json_of(schema))
 

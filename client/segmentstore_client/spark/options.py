@@ -1,32 +1,37 @@
 """Options of the ``segmentstore`` Spark data source, and the identities derived from them.
 
-Every option is a string (Spark passes them so); this module parses and checks them once,
-on the driver, so that a typo fails the query before any task starts.
+Every option is a string (Spark passes them so, keys lowercased); the known options are
+the rows of :data:`~.option_table.OPTIONS`. This module parses and checks them once, on
+the driver, so that a typo fails the query before any task starts.
 
 Identities (all ``uuid5`` in :data:`NAMESPACE`, so every process derives the same ones):
 
-* the **write identity**: from ``write_id`` when given (a driver retry with the same
-  ``write_id`` is then the same write), else a random UUID drawn once per write on the
-  driver (stable across task retries and speculative attempts, which all run the same
-  pickled writer). A streaming write's identity is ``(query id, batch id)``.
+* the **write identity**: from ``writeId`` (and ``writeVersion``) when given (a driver
+  retry with the same ones is then the same write), else a random UUID drawn once per
+  write on the driver (stable across task retries and speculative attempts, which all run
+  the same pickled writer). A streaming write's identity is ``(query id, batch id)``.
 * a partition's **writer id**: ``uuid5(write identity | target segment | partition id)``.
   The task attempt number never enters it: every attempt of a partition writes as the same
   writer, so the server drops what an earlier attempt already stored.
-* a partition's **transaction segment** (``atomic``):
-  ``<target>#transaction.<32 hex digits>``, derived the same way.
+* a partition's **transaction segment** (``atomic``, overwrite):
+  ``<target>#transaction.<32 hex digits>``, derived the same way plus the run id.
 * the **commit marker**: a segment attribute of the target whose value is the highest
-  committed sequence number of a deterministic write scope (0 for a ``write_id`` batch
-  write; the batch id for a streaming query).
+  committed sequence number of a deterministic write scope (0 for a ``writeId`` batch
+  write, the ``writeVersion`` with one; the batch id for a streaming query).
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from ..protocol.names import name_problem
 from .codec import COMPRESSIONS, ENCODINGS
+from .option_table import READ, WRITE, normalize
+from .option_table import OptionError as OptionError
 
 NAMESPACE: Final = uuid.UUID("0b6f64a4-7d0e-5c55-9a8e-2f3f1e5b7c11")
 """uuid5 namespace of every identity the Spark integration derives."""
@@ -40,17 +45,17 @@ DEFAULT_MAX_EVENT_BYTES: Final = 4 * 1024 * 1024
 LIMIT_EVENT_BYTES: Final = 8 * 1024 * 1024 - 64 * 1024
 DEFAULT_PARTITION_BYTES: Final = 16 * 1024 * 1024
 OUTPUTS: Final = ("rows", "raw", "records")
+SAVE_MODES: Final = ("append", "errorifexists", "error", "ignore")
+DEFAULT_TIMEOUT: Final = 60.0
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 
 
-class OptionError(ValueError):
-    """A data source option is missing or has a value it cannot take."""
+SPARK_KEYS: Final = ("checkpointlocation",)
+"""Keys Spark itself may put among a source's options (lowercase); not ours to check."""
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
-    # Spark hands over a case-insensitive dict; plain dicts (tests, helpers) may not be.
     value = options.get(name)
-    if value is None:
-        value = options.get(name.lower())
     return None if value is None else str(value)
 
 
@@ -79,6 +84,19 @@ def _int(options: Mapping[str, str], name: str, default: int, lo: int, hi: int) 
     return value
 
 
+def _seconds(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be a number of seconds, not {raw!r}") from None
+    if not 0.1 <= value <= 86_400:
+        raise OptionError(f"option {name!r} must be within 0.1..86400 seconds, not {raw!r}")
+    return value
+
+
 def _choice(options: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
     raw = _get(options, name)
     if raw is None:
@@ -90,7 +108,8 @@ def _choice(options: Mapping[str, str], name: str, default: str, choices: tuple[
 
 
 def parse_segments(options: Mapping[str, str]) -> tuple[str, ...]:
-    """The segment names of ``segment`` (one) or ``segments`` (comma-separated).
+    """The segment names of ``segment`` (one) or ``segments`` (comma-separated), from
+    canonical options (see :func:`~.option_table.normalize`).
 
     Example::
 
@@ -108,6 +127,10 @@ def parse_segments(options: Mapping[str, str]) -> tuple[str, ...]:
         raise OptionError("no segment name given")
     if len(set(names)) != len(names):
         raise OptionError(f"segment names repeat: {raw!r}")
+    for n in names:
+        problem = name_problem(n)
+        if problem is not None:
+            raise OptionError(f"segment name {n!r}: {problem}")
     return names
 
 
@@ -121,38 +144,30 @@ def parse_endpoint(options: Mapping[str, str]) -> str:
     try:
         Endpoint.parse(raw)
     except ValueError as e:
-        raise OptionError(str(e)) from None
+        raise OptionError(f"option 'endpoint': {e}") from None
     return raw.strip()
 
 
 @dataclass(frozen=True, slots=True)
-class WriteOptions:
-    """Parsed options of ``df.write.format("segmentstore")`` and ``writeStream``.
+class Timeouts:
+    """How long calls to the store may take (seconds); see ``timeout`` and
+    ``connectTimeout`` in :data:`~.option_table.OPTIONS`."""
 
-    ============== ======== ============================================================
-    option         default  meaning
-    ============== ======== ============================================================
-    endpoint       required ``tcp://host:port`` of the segment store
-    segment(s)     required target segment, or comma-separated segments (partition
-                            ``p`` writes to ``segments[p % n]``)
-    write_id       random   names the logical write; the same ``write_id`` makes a driver
-                            retry resume instead of duplicating (batch writes)
-    atomic         false    write to transaction segments, merge them into the targets
-                            only on commit (nothing visible after an abort)
-    encoding       arrow    ``arrow`` (Arrow IPC stream per event) or ``msgpack``
-    rows_per_event 10000    rows per event; fixed, so event numbers follow row positions
-    max_event_bytes 4 MiB   events above this are split (deterministically) in halves
-    compression    zstd     ``none``, ``lz4`` or ``zstd``: Arrow IPC buffer compression
-                   (arrow)  (built into pyarrow); for msgpack the record envelope's codec
-                            (default ``none``; lz4/zstd need the ``lz4``/``zstandard``
-                            packages)
-    create         true     create missing target segments
-    timeout        600      seconds a task waits for its events to become durable
-    recordFormat   none     write each row's ``key, value, timestamp, headers`` as one
-                            record of this format (``kafka``, ``events``, ``databus``,
-                            ``records``); rows_per_event is then 1
-    ============== ======== ============================================================
-    """
+    call: float = DEFAULT_TIMEOUT
+    connect: float = DEFAULT_CONNECT_TIMEOUT
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> Timeouts:
+        """From canonical options. Example: ``Timeouts.parse({"timeout": "5"})``"""
+        call = _seconds(options, "timeout", DEFAULT_TIMEOUT)
+        return cls(call, min(call, _seconds(options, "connectTimeout", DEFAULT_CONNECT_TIMEOUT)))
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Parsed options of ``df.write.format("segmentstore")`` and ``writeStream``; the
+    options, their aliases and defaults are the rows of
+    :data:`~.option_table.OPTIONS` that apply to writes."""
 
     endpoint: str
     segments: tuple[str, ...]
@@ -163,39 +178,58 @@ class WriteOptions:
     max_event_bytes: int
     compression: str
     create: bool
-    timeout: float
+    timeouts: Timeouts = Timeouts()
+    write_version: int | None = None
+    save_mode: str = "append"
     record_format: str | None = None
+
+    @property
+    def timeout(self) -> float:
+        """Seconds every call to the store may take (the ``timeout`` option)."""
+        return self.timeouts.call
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
-        """Parse and check the options; raises :class:`OptionError`.
+        """Parse and check the options (any spelling); raises :class:`OptionError`.
 
         Example::
 
             WriteOptions.parse({"endpoint": "tcp://127.0.0.1:12345", "segment": "s"})
         """
-        write_id = _get(options, "write_id")
+        opts = normalize(options, WRITE, SPARK_KEYS)
+        write_id = _get(opts, "writeId")
         if write_id is not None and not write_id.strip():
-            raise OptionError("option 'write_id' must not be empty")
-        encoding = _choice(options, "encoding", "arrow", ENCODINGS)
-        record_format = _record_format(options)
+            raise OptionError("option 'writeId' must not be empty")
+        version = (
+            None
+            if _get(opts, "writeVersion") is None
+            else _int(opts, "writeVersion", 0, 0, (1 << 63) - 1)
+        )
+        if version is not None and write_id is None:
+            raise OptionError("option 'writeVersion' needs 'writeId' (the application id)")
+        encoding = _choice(opts, "encoding", "arrow", ENCODINGS)
+        record_format = _record_format(opts)
         return cls(
-            endpoint=parse_endpoint(options),
-            segments=parse_segments(options),
+            endpoint=parse_endpoint(opts),
+            segments=parse_segments(opts),
             write_id=write_id.strip() if write_id is not None else None,
-            atomic=_bool(options, "atomic", False),
+            atomic=_bool(opts, "atomic", False),
             encoding=encoding,
             rows_per_event=1
             if record_format
-            else _int(options, "rows_per_event", DEFAULT_ROWS_PER_EVENT, 1, MAX_ROWS_PER_EVENT),
+            else _int(opts, "rowsPerEvent", DEFAULT_ROWS_PER_EVENT, 1, MAX_ROWS_PER_EVENT),
             max_event_bytes=_int(
-                options, "max_event_bytes", DEFAULT_MAX_EVENT_BYTES, 1024, LIMIT_EVENT_BYTES
+                opts, "maxEventBytes", DEFAULT_MAX_EVENT_BYTES, 1024, LIMIT_EVENT_BYTES
             ),
             compression=_choice(
-                options, "compression", "zstd" if encoding == "arrow" else "none", COMPRESSIONS
+                opts, "compression", "zstd" if encoding == "arrow" else "none", COMPRESSIONS
             ),
-            create=_bool(options, "create", True),
-            timeout=float(_int(options, "timeout", 600, 1, 86_400)),
+            create=_bool(opts, "create", True),
+            timeouts=Timeouts.parse(opts),
+            write_version=version,
+            save_mode=_choice(opts, "saveMode", "append", SAVE_MODES).replace(
+                "errorifexists", "error"
+            ),
             record_format=record_format,
         )
 
@@ -206,30 +240,9 @@ class WriteOptions:
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """Parsed options of ``spark.read.format("segmentstore")`` and ``readStream``.
-
-    ================== ========= ========================================================
-    option             default   meaning
-    ================== ========= ========================================================
-    endpoint           required  ``tcp://host:port``
-    segment(s)         required  the segment(s) to read
-    output             rows      ``rows``: the records' columns; ``raw``: ``segment,
-                                 offset, next_offset, data``; ``records``: the record
-                                 envelope (``key, value, headers, timestamp`` + offsets)
-    schema             inferred  DDL of the rows (``spark.read.schema(...)`` works too);
-                                 inferred from the first event when not given
-    offset_columns     false     rows output: add ``_segment`` and ``_offset`` columns
-    partition_bytes    16 MiB    split a segment into offset ranges of about this size
-    start_offset       start     batch reads: first offset (an event boundary)
-    end_offset         length    batch reads: stop before this offset (event boundary)
-    starting_offsets   earliest  streaming: ``earliest``, ``latest`` or JSON
-                                 ``{"segment": offset}``
-    max_bytes_per_     none      streaming: bytes per micro-batch (snapped to events, at
-    trigger                      least one event per segment with data)
-    recordFormat       none      with ``output=records``: decode each event as a record
-                                 of this format (``kafka``, ``events``, ``databus``)
-    ================== ========= ========================================================
-    """
+    """Parsed options of ``spark.read.format("segmentstore")`` and ``readStream``; the
+    options, their aliases and defaults are the rows of
+    :data:`~.option_table.OPTIONS` that apply to reads."""
 
     endpoint: str
     segments: tuple[str, ...]
@@ -241,37 +254,48 @@ class ReadOptions:
     end_offset: int | None
     starting_offsets: str
     max_bytes_per_trigger: int | None = None
+    timeouts: Timeouts = Timeouts()
+    columns: tuple[str, ...] | None = None
+    min_partitions: int = 1
+    filter_pushdown: bool = False
     record_format: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
-        """Parse and check the options; raises :class:`OptionError`.
+        """Parse and check the options (any spelling); raises :class:`OptionError`.
 
         Example::
 
             ReadOptions.parse({"endpoint": "tcp://127.0.0.1:12345", "segment": "s"})
         """
-        start = _get(options, "start_offset")
-        end = _get(options, "end_offset")
+        opts = normalize(options, READ, SPARK_KEYS)
+        start = _get(opts, "startOffset")
+        end = _get(opts, "endOffset")
         big = 1 << 62
+        cols = _get(opts, "columns")
+        columns = None if cols is None else tuple(c.strip() for c in cols.split(",") if c.strip())
+        if columns is not None and not columns:
+            raise OptionError("option 'columns' names no column")
         return cls(
-            endpoint=parse_endpoint(options),
-            segments=parse_segments(options),
-            output=_choice(options, "output", "rows", OUTPUTS),
-            schema_ddl=_get(options, "schema"),
-            offset_columns=_bool(options, "offset_columns", False),
-            partition_bytes=_int(
-                options, "partition_bytes", DEFAULT_PARTITION_BYTES, 1024, 1 << 40
-            ),
-            start_offset=None if start is None else _int(options, "start_offset", 0, 0, big),
-            end_offset=None if end is None else _int(options, "end_offset", 0, 0, big),
-            starting_offsets=(_get(options, "starting_offsets") or "earliest").strip(),
+            endpoint=parse_endpoint(opts),
+            segments=parse_segments(opts),
+            output=_choice(opts, "output", "rows", OUTPUTS),
+            schema_ddl=_get(opts, "schema"),
+            offset_columns=_bool(opts, "offsetColumns", False),
+            partition_bytes=_int(opts, "partitionBytes", DEFAULT_PARTITION_BYTES, 1024, 1 << 40),
+            start_offset=None if start is None else _int(opts, "startOffset", 0, 0, big),
+            end_offset=None if end is None else _int(opts, "endOffset", 0, 0, big),
+            starting_offsets=(_get(opts, "startingOffsets") or "earliest").strip(),
             max_bytes_per_trigger=(
                 None
-                if _get(options, "max_bytes_per_trigger") is None
-                else _int(options, "max_bytes_per_trigger", 0, 1, 1 << 40)
+                if _get(opts, "maxBytesPerTrigger") is None
+                else _int(opts, "maxBytesPerTrigger", 0, 1, 1 << 40)
             ),
-            record_format=_record_format(options),
+            timeouts=Timeouts.parse(opts),
+            columns=columns,
+            min_partitions=_int(opts, "minPartitions", os.cpu_count() or 1, 1, 100_000),
+            filter_pushdown=_bool(opts, "filterPushdown", False),
+            record_format=_record_format(opts),
         )
 
 
@@ -290,16 +314,30 @@ def _record_format(options: Mapping[str, str]) -> str | None:
 # --- identities --------------------------------------------------------------------------
 
 
-def write_identity(write_id: str | None) -> uuid.UUID:
-    """The UUID of a batch write: derived from ``write_id``, random without one.
+def write_identity(write_id: str | None, version: int | None = None) -> uuid.UUID:
+    """The UUID of a batch write: derived from ``writeId`` (and ``writeVersion``), random
+    without one.
 
     Example::
 
-        write_identity("nightly-2024-05-01") == write_identity("nightly-2024-05-01")
+        write_identity("nightly") == write_identity("nightly")
+        write_identity("nightly", 7) != write_identity("nightly", 8)
     """
     if write_id is None:
         return uuid.uuid4()
-    return uuid.uuid5(NAMESPACE, f"write|{write_id}")
+    if version is None:
+        return uuid.uuid5(NAMESPACE, f"write|{write_id}")
+    return uuid.uuid5(NAMESPACE, f"write|{write_id}|v{version}")
+
+
+def marker_of(write_id: str | None, version: int | None, identity: uuid.UUID) -> tuple[str, int]:
+    """The commit marker scope and sequence number of a batch write: with a
+    ``writeVersion`` the application's scope (``app|<writeId>``) at that version, so a
+    version at or below the committed one is skipped and a higher one written (Delta's
+    ``txnAppId``/``txnVersion``); otherwise the write's own scope at 0."""
+    if write_id is not None and version is not None:
+        return f"app|{write_id}", version
+    return f"write|{identity}", 0
 
 
 def stream_identity(query_id: str, batch_id: int) -> uuid.UUID:
@@ -317,11 +355,32 @@ def writer_id(identity: uuid.UUID, target: str, partition: int) -> uuid.UUID:
     return uuid.uuid5(NAMESPACE, f"writer|{identity}|{target}|{partition}")
 
 
-def transaction_segment(identity: uuid.UUID, target: str, partition: int) -> str:
-    """The transaction segment a partition of an ``atomic`` write fills, named as Pravega
-    names transaction segments (``<parent>#transaction.<32 hex digits>``)."""
-    txn = uuid.uuid5(NAMESPACE, f"txn|{identity}|{target}|{partition}")
+def transaction_segment(identity: uuid.UUID, run: uuid.UUID, target: str, partition: int) -> str:
+    """The transaction segment a partition of a staged (``atomic`` or overwrite) write
+    fills, named as Pravega names transaction segments
+    (``<parent>#transaction.<32 hex digits>``). ``run`` is drawn once per run of the
+    write on the driver, so the attempts of one run share it and a new run of the same
+    write never reuses what an aborted run's stray attempt might still touch."""
+    txn = uuid.uuid5(NAMESPACE, f"txn|{identity}|{run}|{target}|{partition}")
     return f"{target}#transaction.{txn.hex}"
+
+
+def fence_attribute(run: uuid.UUID) -> uuid.UUID:
+    """Attribute id set on the targets when a run of a write is aborted: an attempt of
+    that run that sees it stops (and removes the transaction segment it created)."""
+    return uuid.uuid5(NAMESPACE, f"fence|{run}")
+
+
+def fingerprint_attribute(kind: str, scope: str, seq: int) -> uuid.UUID:
+    """Attribute id of a committed write's fingerprint (``rows`` or ``schema``), which a
+    repeated ``writeId`` (and version) is compared against."""
+    return uuid.uuid5(NAMESPACE, f"{kind}|{scope}|{seq}")
+
+
+BASE_ATTRIBUTE: Final = uuid.uuid5(NAMESPACE, "overwrite-base")
+"""Attribute of a target: the offset where its current contents start (an overwrite sets
+it atomically with merging the new contents, then truncates there). Readers start at
+``max(start offset, base)``."""
 
 
 def commit_marker(scope: str) -> uuid.UUID:

@@ -35,10 +35,10 @@ from pyspark.sql.types import (
 )
 
 from .. import records
+from ..admin import SegmentInfo
 from ..errors import CorruptRecord
 from ..reader import Event
 from ..sync import SyncClient
-from ..sync import connect as sync_connect
 from .codec import (
     ARROW_CONTENT_TYPE,
     CONTENT_TYPE_HEADER,
@@ -46,6 +46,7 @@ from .codec import (
     SCHEMA_HEADER,
     CodecError,
     RowsToArrow,
+    check_lossless,
     conform,
     decode_arrow,
     decode_rows,
@@ -53,7 +54,8 @@ from .codec import (
     spark_arrow_schema,
     spark_schema_of_arrow,
 )
-from .options import ReadOptions
+from .connect import open_client
+from .options import BASE_ATTRIBUTE, ReadOptions
 from .raw import plan_ranges
 
 log = logging.getLogger("segmentstore_client.spark")
@@ -112,8 +114,8 @@ def with_offset_columns(schema: StructType) -> StructType:
 
 
 def connect(options: ReadOptions) -> SyncClient:
-    """A blocking SDK client for ``options.endpoint``."""
-    return sync_connect(options.endpoint)
+    """A blocking SDK client for ``options.endpoint``, bounded by the read's timeouts."""
+    return open_client(options.endpoint, options.timeouts)
 
 
 # --- decoding ----------------------------------------------------------------------------
@@ -139,6 +141,7 @@ class EventDecoder:
         self._extra = [n for n in OFFSET_COLUMNS if n in names] if output == "rows" else []
         self.data_schema = StructType([f for f in schema.fields if f.name not in self._extra])
         self.data_target = spark_arrow_schema(self.data_schema)
+        self._columns = frozenset(n.lower() for n in self.data_schema.names)
         self._msgpack: dict[bytes, RowsToArrow] = {}
 
     def decode(self, segment: str, events: Sequence[Event]) -> Iterator[pa.RecordBatch]:
@@ -190,7 +193,7 @@ class EventDecoder:
         ctype = rec.headers.get(CONTENT_TYPE_HEADER, b"").decode("utf-8", "replace")
         try:
             if ctype == ARROW_CONTENT_TYPE:
-                _, batches = decode_arrow(rec.value)
+                _, batches = decode_arrow(rec.value, self._columns)
                 out = [conform(b, self.data_target) for b in batches]
             elif ctype == MSGPACK_CONTENT_TYPE:
                 out = [self._rows_builder(rec.headers.get(SCHEMA_HEADER))(decode_rows(rec.value))]
@@ -223,18 +226,29 @@ class EventDecoder:
         key = schema_header or b""
         build = self._msgpack.get(key)
         if build is None:
-            names = schema_from_json(key.decode()).names if key else None
+            names = None
+            if key:
+                written = schema_from_json(key.decode())
+                check_lossless(spark_arrow_schema(written), self.data_target)
+                names = written.names
             build = self._msgpack[key] = RowsToArrow(self.data_schema, names)
         return build
 
 
 def _decode_record(segment: str, event: Event) -> records.Record:
+    data = event.data
+    if len(data) < records.OVERHEAD or data[0] != records.FORMAT_VERSION:
+        # Not even a record's first byte: events written by something else, not damage.
+        raise CorruptRecord(
+            f"segment {segment!r} holds raw events (the event at offset {event.offset} is "
+            "not a record); read it with .option('output', 'raw')"
+        )
     try:
-        return records.decode(event.data)
+        return records.decode(data)
     except CorruptRecord as e:
         raise CorruptRecord(
             f"segment {segment!r}, event at offset {event.offset}: {e} "
-            "(read events that are not records with .option('output', 'raw'))"
+            "(if the segment holds raw events, read it with .option('output', 'raw'))"
         ) from e
 
 
@@ -247,8 +261,8 @@ def read_range(
 
         for batch in read_range(options, decoder, SegmentRange("orders/0", 0, 4096)): ...
     """
-    if part.end <= part.start:
-        return
+    if not isinstance(part, SegmentRange) or part.end <= part.start:
+        return  # Spark hands over a placeholder partition when none were planned
     client = connect(options)
     try:
         reader = client.reader(part.segment, part.start, read_size=READ_SIZE)
@@ -275,9 +289,21 @@ def read_range(
 # --- planning ----------------------------------------------------------------------------
 
 
+MIN_PARTITION_BYTES: Final = 1 << 20
+"""``minPartitions`` never cuts pieces smaller than this (a task has fixed costs)."""
+
+
+def readable_start(client: SyncClient, segment: str, info: SegmentInfo) -> int:
+    """Where a segment's current contents start: its start offset, or the base an
+    overwrite set atomically with merging the new contents (see :mod:`.commit`)."""
+    base = client.get_attribute(segment, BASE_ATTRIBUTE)
+    return max(info.start_offset, base or 0)
+
+
 def plan_partitions(options: ReadOptions) -> list[SegmentRange]:
     """The read's partitions: each segment's readable range, cut at event boundaries
-    into pieces of about ``partition_bytes``.
+    into pieces of at most ``partitionBytes``, and small enough that there are at least
+    ``minPartitions`` of them when the data allows (pieces of at least 1 MiB).
 
     Example::
 
@@ -286,18 +312,25 @@ def plan_partitions(options: ReadOptions) -> list[SegmentRange]:
     parts: list[SegmentRange] = []
     client = connect(options)
     try:
+        spans: list[tuple[str, int, int]] = []
         for seg in options.segments:
             info = client.segment_info(seg)
-            start = max(info.start_offset, options.start_offset or 0)
+            start = max(readable_start(client, seg, info), options.start_offset or 0)
             end = (
                 info.length if options.end_offset is None else min(info.length, options.end_offset)
             )
-            if end <= start:
-                continue
-            if end - start <= options.partition_bytes:
+            if end > start:
+                spans.append((seg, start, end))
+        total = sum(end - start for _, start, end in spans)
+        piece = min(
+            options.partition_bytes,
+            max(MIN_PARTITION_BYTES, -(-total // options.min_partitions)),
+        )
+        for seg, start, end in spans:
+            if end - start <= piece:
                 parts.append(SegmentRange(seg, start, end))
                 continue
-            for a, b in plan_ranges(client, seg, start, end, options.partition_bytes):
+            for a, b in plan_ranges(client, seg, start, end, piece):
                 parts.append(SegmentRange(seg, a, b))
     finally:
         client.close()
@@ -317,7 +350,7 @@ def infer_schema(options: ReadOptions) -> StructType:
     try:
         for seg in options.segments:
             info = client.segment_info(seg)
-            start = max(info.start_offset, options.start_offset or 0)
+            start = max(readable_start(client, seg, info), options.start_offset or 0)
             if info.length <= start:
                 continue
             reader = client.reader(seg, start, read_size=64 * 1024)
@@ -334,6 +367,21 @@ def infer_schema(options: ReadOptions) -> StructType:
         f"cannot infer a schema: {', '.join(options.segments)} hold no events; give one "
         "with spark.read.schema(...) or .option('schema', 'a INT, b STRING')"
     )
+
+
+def check_read_schema(options: ReadOptions, schema: StructType) -> None:
+    """Raise :class:`CodecError` naming the first column of ``schema`` (a rows read)
+    that the data, as its first event describes it, holds with a type it cannot be read
+    as without losing information. Nothing to compare with (no events): no check here;
+    the tasks check every event anyway."""
+    if options.output != "rows":
+        return
+    try:
+        written = infer_schema(options)
+    except CodecError:
+        return
+    data = StructType([f for f in schema.fields if f.name not in OFFSET_COLUMNS])
+    check_lossless(spark_arrow_schema(written), spark_arrow_schema(data))
 
 
 def schema_of_event(segment: str, event: Event) -> StructType:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -54,16 +55,15 @@ except ImportError:  # pragma: no cover - Spark 4.0/4.1 never pass a read limit
 from pyspark.sql.types import StructType
 
 from ..errors import SegmentStoreError
+from .commit import abort_write, commit_write
 from .options import OptionError, ReadOptions, WriteOptions, stream_identity
 from .raw import next_boundary
-from .reader import EventDecoder, SegmentRange, connect, read_range
+from .reader import EventDecoder, SegmentRange, connect, read_range, readable_start
 from .writer import (
     PartitionCommit,
     WriteAborted,
     WriteJob,
-    abort_write,
     arrow_groups,
-    commit_write,
     row_groups,
     write_partition,
 )
@@ -85,14 +85,18 @@ QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 
 
-def stream_job(options: WriteOptions, schema_json: str, query_id: str, batch_id: int) -> WriteJob:
-    """The write job of one micro-batch (identity and commit marker of the query)."""
+def stream_job(
+    options: WriteOptions, schema_json: str, query_id: str, batch_id: int, run: uuid.UUID
+) -> WriteJob:
+    """The write job of one micro-batch (identity and commit marker of the query; ``run``
+    is the sink's, drawn on the driver when the query starts)."""
     return WriteJob(
         options,
         stream_identity(query_id, batch_id),
         schema_json,
         marker_scope=f"stream|{query_id}",
         marker_seq=batch_id,
+        run=run,
     )
 
 
@@ -108,6 +112,7 @@ class SegmentStoreStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-ty
     def __init__(self, options: WriteOptions, schema_json: str) -> None:
         self.options = options
         self.schema_json = schema_json
+        self.run = uuid.uuid4()
 
     def write(self, iterator: Iterator[Any]) -> PartitionCommit:
         """Write this task's share of the micro-batch."""
@@ -122,7 +127,7 @@ class SegmentStoreStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-ty
                 "sink supports micro-batch queries (not continuous processing)"
             )
         batch_id = int(batch)
-        job = stream_job(self.options, self.schema_json, query_id, batch_id)
+        job = stream_job(self.options, self.schema_json, query_id, batch_id, self.run)
         opts = self.options
 
         def groups() -> Iterator[Any]:
@@ -143,7 +148,7 @@ class SegmentStoreStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-ty
     def _job(self, messages: list[WriterCommitMessage | None], batch_id: int) -> WriteJob | None:
         for m in messages:
             if isinstance(m, PartitionCommit) and m.query_id:
-                return stream_job(self.options, self.schema_json, m.query_id, batch_id)
+                return stream_job(self.options, self.schema_json, m.query_id, batch_id, self.run)
         return None
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -191,7 +196,7 @@ class SegmentStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             out = {}
             for seg in self.options.segments:
                 info = client.segment_info(seg)
-                out[seg] = (info.start_offset, info.length)
+                out[seg] = (readable_start(client, seg, info), info.length)
             return out
         finally:
             client.close()

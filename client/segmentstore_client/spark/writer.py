@@ -1,4 +1,4 @@
-"""Writing partitions exactly once, and committing or aborting a write on the driver.
+"""Writing partitions exactly once (the executor side of a write).
 
 Executor side (:func:`write_partition`): a partition's rows are cut into groups of exactly
 ``rows_per_event`` rows (group ``k`` = rows ``k*R .. (k+1)*R - 1`` of the partition),
@@ -14,17 +14,7 @@ This requires each partition to see the same rows in the same order on every att
 any Spark sink that de-duplicates by position does (sort or checkpoint before a write
 whose input is not deterministic).
 
-Driver side (:func:`commit_write` / :func:`abort_write`):
-
-* ``atomic``: partitions fill transaction segments; commit sets the commit marker, then
-  merges each transaction segment into its target in partition order (a merge is atomic
-  and idempotent: a missing source was already merged); abort deletes them, leaving
-  nothing visible.
-* otherwise the events are in the targets already; commit sets the commit marker when the
-  write has a deterministic identity (``write_id`` or a streaming batch), so that a later
-  driver retry of the same write skips its partitions; abort reports, per partition, what
-  the targets hold (the writer's last durable event number and the rows that covers) and
-  how to finish the write (run it again with the same ``write_id``).
+The driver side (commit, abort, overwrite) is :mod:`.commit`.
 """
 
 from __future__ import annotations
@@ -50,7 +40,6 @@ except ImportError:  # pragma: no cover - Spark < 4: only the foreachPartition h
 from .. import records
 from ..errors import EventTooLarge, NoSuchSegment, SegmentStoreError
 from ..sync import SyncClient, SyncEventWriter
-from ..sync import connect as sync_connect
 from .codec import (
     ArrowEncoder,
     arrow_headers,
@@ -58,20 +47,19 @@ from .codec import (
     msgpack_headers,
     rows_of_batch,
 )
+from .connect import open_client
 from .options import (
     LIMIT_EVENT_BYTES,
-    PIECE_BITS,
+    Timeouts,
     WriteOptions,
     commit_marker,
     event_number,
-    group_of,
+    fence_attribute,
     transaction_segment,
     writer_id,
 )
 
 log = logging.getLogger("segmentstore_client.spark")
-
-_MARKER_TRIES: Final = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +67,10 @@ class WriteJob:
     """What every task of one write needs (pickled into the tasks).
 
     ``identity`` names the logical write; ``marker_scope`` / ``marker_seq`` name its
-    commit marker when the identity is deterministic (None: no marker).
+    commit marker when the identity is deterministic (None: no marker). ``run`` is drawn
+    on the driver once per run (names transaction segments, keys the abort fence);
+    ``overwrite`` stages the write like ``atomic`` and replaces the targets' contents;
+    ``ignore`` (``saveMode=ignore`` found data in a target) writes nothing.
     """
 
     options: WriteOptions
@@ -87,6 +78,21 @@ class WriteJob:
     schema_json: str
     marker_scope: str | None = None
     marker_seq: int = 0
+    run: uuid.UUID = field(default_factory=uuid.uuid4)
+    overwrite: bool = False
+    ignore: bool = False
+
+    @property
+    def staged(self) -> bool:
+        """Partitions fill transaction segments, merged into the targets on commit."""
+        return self.options.atomic or self.overwrite
+
+    def destination(self, partition: int) -> str:
+        """Where a partition's events go: its transaction segment, or its target."""
+        target = self.options.target_of(partition)
+        if self.staged:
+            return transaction_segment(self.identity, self.run, target, partition)
+        return target
 
 
 @dataclass
@@ -118,6 +124,10 @@ class PartitionCommit(WriterCommitMessage):  # type: ignore[misc]
     query_id: str | None = None
     batch_id: int | None = None
     seconds: float = 0.0
+
+
+class WriteFenced(SegmentStoreError):
+    """An attempt found its run aborted by the driver (the fence) and stopped writing."""
 
 
 class WriteAborted(SegmentStoreError):
@@ -301,6 +311,26 @@ def _marker_reached(client: SyncClient, target: str, job: WriteJob) -> bool:
     return value is not None and value >= job.marker_seq
 
 
+def _fenced(client: SyncClient, target: str, job: WriteJob) -> bool:
+    try:
+        return client.get_attribute(target, fence_attribute(job.run)) is not None
+    except NoSuchSegment:
+        return False
+
+
+FENCE_CHECK_INTERVAL: Final = 0.2
+"""Seconds between a direct write's fence checks (one round trip each): a stray attempt
+stops within this of the abort, which the abort's settle wait covers."""
+
+
+def _stop_if_fenced(client: SyncClient, target: str, job: WriteJob, partition: int) -> None:
+    if _fenced(client, target, job):
+        raise WriteFenced(
+            f"partition {partition}: the driver aborted write {job.identity} (run {job.run}); "
+            "this attempt stops"
+        )
+
+
 def write_partition(
     job: WriteJob,
     partition: int,
@@ -309,12 +339,16 @@ def write_partition(
     *,
     query_id: str | None = None,
     batch_id: int | None = None,
-    client_factory: Callable[[str, float], SyncClient] | None = None,
+    client_factory: Callable[[str, Timeouts], SyncClient] | None = None,
 ) -> PartitionCommit:
     """Write one partition's groups as numbered events; returns its commit message.
 
-    ``groups`` is called only if the partition has to be written (not when the write was
-    already committed). Example::
+    ``groups`` is consumed without encoding when the write was already committed (only
+    its rows are counted, for the driver's check of a repeated ``writeId``). An attempt
+    of a run the driver has aborted (:func:`~.commit.abort_write` fences it) stops with
+    :class:`WriteFenced`: it checks the fence after creating its transaction segment
+    (removing it if fenced) and, writing directly to the target, every
+    :data:`FENCE_CHECK_INTERVAL` seconds while it writes. Example::
 
         msg = write_partition(job, ctx.partitionId(), ctx.attemptNumber(),
                               lambda: arrow_groups(batches, job.options, job.schema_json))
@@ -322,21 +356,27 @@ def write_partition(
     opts = job.options
     target = opts.target_of(partition)
     wid = writer_id(job.identity, target, partition)
-    dest = transaction_segment(job.identity, target, partition) if opts.atomic else target
+    dest = job.destination(partition)
     started = time.monotonic()
     msg = PartitionCommit(
         partition, attempt, target, dest, str(wid), query_id=query_id, batch_id=batch_id
     )
-    connect = client_factory or _connect
-    client = connect(opts.endpoint, opts.timeout)
+    client = (client_factory or open_client)(opts.endpoint, opts.timeouts)
     writer: SyncEventWriter | None = None
     try:
         if _marker_reached(client, target, job):
             msg.skipped = True
+            msg.rows = sum(g.rows for g in groups())
             log.info("partition %d: write %s already committed; skipping", partition, job.identity)
             return msg
-        if opts.atomic:
+        _stop_if_fenced(client, target, job, partition)
+        if job.staged:
             client.create_segment(dest, exist_ok=True)
+            # The driver fences before it deletes: a transaction segment created after
+            # its deletion is seen here and removed, so an abort never leaves one behind.
+            if _fenced(client, target, job):
+                client.delete(dest, missing_ok=True)
+                _stop_if_fenced(client, target, job, partition)
         elif opts.create:
             client.create_segment(target, exist_ok=True)
         # Started now to learn what the server holds; events are written with explicit
@@ -345,10 +385,14 @@ def write_partition(
         have = writer.acked_event_number
         msg.resumed_from = max(0, have)
         last_ack = None
+        checked = time.monotonic()
         for k, group in enumerate(groups()):
             msg.rows += group.rows
             if have >= event_number(k + 1):
                 continue  # the server holds the whole group: do not even encode it
+            if not job.staged and time.monotonic() - checked >= FENCE_CHECK_INTERVAL:
+                _stop_if_fenced(client, target, job, partition)
+                checked = time.monotonic()
             for j, (payload, _rows) in enumerate(encode_pieces(group, opts.max_event_bytes)):
                 n = event_number(k, j)
                 if n <= have:
@@ -358,7 +402,7 @@ def write_partition(
                 msg.bytes += len(payload)
                 msg.last_event_number = n
         if last_ack is not None:
-            writer.flush()
+            last_ack.wait(opts.timeout)  # acks come in order: all durable
         writer.close()
         writer = None
         if msg.last_event_number == 0 and have > 0:
@@ -377,188 +421,3 @@ def write_partition(
             client.close()
         except Exception as e:
             log.debug("closing client failed: %s", e)
-
-
-def _connect(endpoint: str, timeout: float) -> SyncClient:
-    return sync_connect(endpoint, reconnect_timeout=timeout)
-
-
-# --- driver side -------------------------------------------------------------------------
-
-
-@dataclass
-class WriteReport:
-    """What a commit or an abort did, in numbers and in words (``str(report)``).
-
-    Example::
-
-        print(abort_write(job, messages))   # one line per partition
-    """
-
-    identity: str
-    committed: bool
-    partitions: int
-    rows: int = 0
-    events: int = 0
-    bytes: int = 0
-    merged: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        head = (
-            f"segmentstore write {self.identity}: "
-            + ("committed" if self.committed else "aborted")
-            + f", {self.partitions} partition(s), {self.rows} row(s) reported, "
-            f"{self.events} event(s), {self.bytes} byte(s)"
-        )
-        return "\n".join([head, *self.lines])
-
-
-def _set_marker(client: SyncClient, target: str, scope: str, seq: int) -> None:
-    """Raise the commit marker of ``scope`` on ``target`` to at least ``seq``."""
-    aid = commit_marker(scope)
-    for _ in range(_MARKER_TRIES):
-        current = client.get_attribute(target, aid)
-        if current is not None and current >= seq:
-            return
-        if client.compare_and_set_attribute(target, aid, seq, current):
-            return
-    raise SegmentStoreError(f"could not set the commit marker on {target!r} (contention)")
-
-
-def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[PartitionCommit | None]:
-    return [m if isinstance(m, PartitionCommit) else None for m in messages]
-
-
-def commit_write(
-    job: WriteJob,
-    messages: Sequence[WriterCommitMessage | None],
-    client_factory: Callable[[str, float], SyncClient] | None = None,
-) -> WriteReport:
-    """Commit a write whose tasks all succeeded (see the module docstring).
-
-    Example::
-
-        report = commit_write(job, messages)
-        print(report)
-    """
-    opts = job.options
-    msgs = _messages(messages)
-    report = WriteReport(str(job.identity), True, len(msgs))
-    for m in msgs:
-        if m is not None:
-            report.rows += m.rows
-            report.events += m.events
-            report.bytes += m.bytes
-    client = (client_factory or _connect)(opts.endpoint, opts.timeout)
-    try:
-        targets = sorted({opts.target_of(p) for p in range(len(msgs))})
-        if job.marker_scope is not None:
-            for target in targets:
-                _set_marker(client, target, job.marker_scope, job.marker_seq)
-        if opts.atomic:
-            for target in targets:
-                client.segment_info(target)  # a missing target raises here, not as "merged"
-            for p in range(len(msgs)):
-                target = opts.target_of(p)
-                txn = transaction_segment(job.identity, target, p)
-                try:
-                    client.merge(target, txn)
-                except NoSuchSegment:
-                    continue  # merged by an earlier commit of this write, or never created
-                report.merged.append(txn)
-            report.lines.append(
-                f"merged {len(report.merged)} transaction segment(s) into {', '.join(targets)}"
-            )
-    finally:
-        client.close()
-    log.info("%s", report)
-    return report
-
-
-def abort_write(
-    job: WriteJob,
-    messages: Sequence[WriterCommitMessage | None],
-    client_factory: Callable[[str, float], SyncClient] | None = None,
-) -> WriteReport:
-    """Abort a write: delete its transaction segments (``atomic``), or report what each
-    partition left in its target. Example::
-
-        print(abort_write(job, messages))
-    """
-    opts = job.options
-    msgs = _messages(messages)
-    report = WriteReport(str(job.identity), False, len(msgs))
-    client = (client_factory or _connect)(opts.endpoint, opts.timeout)
-    try:
-        for p, m in enumerate(msgs):
-            if m is not None:
-                report.rows += m.rows
-                report.events += m.events
-                report.bytes += m.bytes
-            target = opts.target_of(p)
-            if opts.atomic:
-                txn = transaction_segment(job.identity, target, p)
-                if client.delete(txn, missing_ok=True):
-                    report.deleted.append(txn)
-                continue
-            wid = writer_id(job.identity, target, p)
-            try:
-                last = client.last_event_number(target, wid)
-            except NoSuchSegment:
-                last = None
-            report.lines.append(_left_behind(p, target, wid, last, m, opts.rows_per_event))
-        if opts.atomic:
-            report.lines.insert(
-                0,
-                f"atomic write: deleted {len(report.deleted)} transaction segment(s); "
-                f"nothing of this write is visible in {', '.join(opts.segments)}",
-            )
-        else:
-            if job.marker_scope is not None and job.marker_scope.startswith("stream|"):
-                hint = (
-                    "restart the query from its checkpoint: it replays this micro-batch with "
-                    "the same identity and completes it without duplicates"
-                )
-            elif opts.write_id is not None:
-                hint = (
-                    f"run the write again with .option('write_id', {opts.write_id!r}) to "
-                    "finish it without duplicates"
-                )
-            else:
-                hint = (
-                    "the write had no write_id, so a new run writes everything again; give "
-                    ".option('write_id', ...) to make retries resume"
-                )
-            report.lines.insert(0, f"non-atomic write: the targets keep what was written; {hint}")
-    finally:
-        client.close()
-    log.warning("%s", report)
-    return report
-
-
-def _left_behind(
-    partition: int,
-    target: str,
-    wid: uuid.UUID,
-    last: int | None,
-    msg: PartitionCommit | None,
-    rows_per_event: int,
-) -> str:
-    where = f"partition {partition} -> {target} (writer {wid})"
-    if msg is not None:
-        if msg.skipped:
-            return f"{where}: already committed earlier; nothing written"
-        return (
-            f"{where}: complete, {msg.rows} row(s) in events up to number {msg.last_event_number}"
-        )
-    if last is None or last < 1:
-        return f"{where}: nothing written"
-    group = group_of(last)
-    piece = ((last - 1) & ((1 << PIECE_BITS) - 1)) // 2
-    rows = (group + 1) * rows_per_event
-    return (
-        f"{where}: incomplete; events up to number {last} (row group {group}, piece {piece}) "
-        f"are durable: rows 0..{rows - 1}, fewer if that group was split into pieces"
-    )

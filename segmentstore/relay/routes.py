@@ -1,0 +1,379 @@
+"""The relay's HTTP endpoints (Databus 2.0 relay protocol) as aiohttp handlers.
+
+Contract: parameters are parsed and checked here, the work is done by ``RelayService``.
+A bad parameter answers 400 with ``X-Databus-Error: InvalidRequestParamValueException``,
+``X-Databus-Error-Cause: <what is wrong>`` and a JSON body saying the same; an unknown
+source answers 404 the same way (``UnknownSourceException``). The spec's two stream
+conditions answer 200 with ``X-Databus-Error: no-events`` / ``checkpoint-too-old``.
+Every ``/stream`` and ``/bootstrap`` answer carries the next checkpoint in
+``X-Databus-Checkpoint``; bodies are compressed when the request accepts gzip/deflate.
+Our additions: ``timeout`` (ms, at most 60000) bounds the long poll of ``/stream``,
+``client`` names the consumer in ``/stats``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ..storage import StorageError
+from .catalogue import SCHEMA_TABLE, Source
+from .checkpoint import Checkpoint, CheckpointError, parse_checkpoint
+from .filters import FilterError, parse_filters
+from .http_server import HttpServer
+from .service import RelayService, StreamAnswer
+
+DEFAULT_SIZE = 1024 * 1024
+MAX_SIZE = 64 * 1024 * 1024
+MAX_HOLD_MS = 60_000
+
+SERVICE: web.AppKey[RelayService] = web.AppKey("relay", RelayService)
+HTTP: web.AppKey[HttpServer] = web.AppKey("http", HttpServer)
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, kind: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind or (
+            "InvalidRequestParamValueException" if status == 400 else "UnknownSourceException"
+        )
+
+
+def _error(e: BadRequest) -> web.Response:
+    cause = str(e).replace("\r", " ").replace("\n", " ")
+    return web.json_response(
+        {"error": e.kind, "message": str(e)},
+        status=e.status,
+        headers={"X-Databus-Error": e.kind, "X-Databus-Error-Cause": cause[:500]},
+    )
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except BadRequest as e:
+        return _error(e)
+
+
+def _int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name}={raw!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise BadRequest(f"{name}={value} is out of range {lo}..{hi}")
+    return value
+
+
+def _bool(request: web.Request, name: str) -> bool:
+    raw = request.query.get(name, "false").strip().lower()
+    if raw not in ("true", "false", ""):
+        raise BadRequest(f"{name}={raw!r} must be true or false")
+    return raw == "true"
+
+
+def _output(request: web.Request) -> bool:
+    """True for JSON output."""
+    raw = request.query.get("output", "binary").strip().lower()
+    if raw not in ("json", "binary"):
+        raise BadRequest(f"output={raw!r} must be json or binary")
+    return raw == "json"
+
+
+MAX_SOURCES = 1000
+
+
+async def _sources(service: RelayService, raw: str | None, required: bool = True) -> list[Source]:
+    listed = await service.catalogue.sources()
+    if raw is None or not raw.strip().strip('"'):
+        if required:
+            raise BadRequest("sources is required (comma-separated source ids or names)")
+        return listed
+    tokens = [t.strip() for t in raw.strip().strip('"').split(",") if t.strip()]
+    if len(tokens) > MAX_SOURCES:
+        raise BadRequest(f"at most {MAX_SOURCES} sources per request")
+    out: list[Source] = []
+    for token in tokens:
+        source = next(
+            (s for s in listed if token in (str(s.id), s.name) or token in s.partitions), None
+        )
+        if source is None:
+            raise BadRequest(f"unknown source {token!r}", status=404)
+        if source not in out:
+            out.append(source)
+    return sorted(out, key=lambda s: s.id)
+
+
+def _checkpoint(request: web.Request) -> Checkpoint:
+    try:
+        return parse_checkpoint(request.query.get("checkPoint"))
+    except CheckpointError as e:
+        raise BadRequest(str(e)) from None
+
+
+def _client(request: web.Request) -> str:
+    name = request.query.get("client") or request.remote or "unknown"
+    return name[:100]
+
+
+async def _answer(
+    request: web.Request, service: RelayService, answer: StreamAnswer, as_json: bool
+) -> web.Response:
+    headers = {"X-Databus-Checkpoint": answer.checkpoint.to_json()}
+    if answer.too_old is not None:
+        headers["X-Databus-Error"] = "checkpoint-too-old"
+        headers["X-Databus-Error-Cause"] = answer.too_old
+    elif answer.no_events:
+        headers["X-Databus-Error"] = "no-events"
+    response = web.Response(
+        body=b"".join(answer.chunks),
+        headers=headers,
+        content_type="application/json" if as_json else "application/binary",
+    )
+    if answer.nbytes:
+        response.enable_compression()
+    service.stats.record(_client(request), answer.events, answer.nbytes, answer.filtered)
+    return response
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    sources = await _sources(service, request.query.get("sources"))
+    for source in sources:
+        if service.state_of(source) == "shutdown":
+            raise BadRequest(f"source {source.name!r} is shut down", status=404)
+    checkpoint = _checkpoint(request)
+    size = _int(request, "size", DEFAULT_SIZE, 1, MAX_SIZE)
+    as_json = _output(request)
+    try:
+        tests = parse_filters(request.query.get("filters"))
+    except FilterError as e:
+        raise BadRequest(str(e)) from None
+    from_latest = _bool(request, "streamFromLatestScn")
+    hold_ms = _int(request, "timeout", int(service.default_hold * 1000), 0, MAX_HOLD_MS)
+    stats = service.stats.client(_client(request))
+    stats.in_flight += 1
+    try:
+        answer = await service.stream(
+            sources, checkpoint, size, tests, as_json, hold_ms / 1000, from_latest
+        )
+    finally:
+        stats.in_flight -= 1
+    return await _answer(request, service, answer, as_json)
+
+
+async def bootstrap(request: web.Request) -> web.StreamResponse:
+    """Snapshot and catch-up, both served from the sources' logs: the snapshot phase runs
+    from the oldest event kept up to ``bootstrap_start_scn``, catch-up from ``windowScn``
+    up to ``bootstrap_target_scn``; ``PhaseCompleted: TRUE`` once the phase's bound is
+    reached."""
+    service = request.app[SERVICE]
+    checkpoint = _checkpoint(request)
+    snapshot = checkpoint.mode == "BOOTSTRAP_SNAPSHOT"
+    if checkpoint.mode not in ("BOOTSTRAP_SNAPSHOT", "BOOTSTRAP_CATCHUP"):
+        raise BadRequest("consumption_mode must be BOOTSTRAP_SNAPSHOT or BOOTSTRAP_CATCHUP")
+    field = "bootstrap_start_scn" if snapshot else "bootstrap_target_scn"
+    try:
+        bound = int(checkpoint.extra[field])
+    except (KeyError, TypeError, ValueError):
+        raise BadRequest(f"the checkpoint needs {field} (an integer)") from None
+    named = checkpoint.extra.get("snapshot_source" if snapshot else "catchup_source")
+    raw = request.query.get("sources") or (str(named) if named else None)
+    sources = await _sources(service, raw)
+    size = _int(request, "batchSize", DEFAULT_SIZE, 1, MAX_SIZE)
+    as_json = _output(request)
+    try:
+        tests = parse_filters(request.query.get("filter") or request.query.get("filters"))
+    except FilterError as e:
+        raise BadRequest(str(e)) from None
+    if snapshot and not checkpoint.partitions and "snapshot_offset" not in checkpoint.extra:
+        checkpoint.window_scn = checkpoint.window_offset = -1  # snapshot starts at the start
+    upper = {s.id: bound for s in sources}
+    answer = await service.stream(sources, checkpoint, size, tests, as_json, 0.0, upper=upper)
+    response = await _answer(request, service, answer, as_json)
+    response.headers["PhaseCompleted"] = "TRUE" if answer.done else "FALSE"
+    return response
+
+
+async def _scn_of(service: RelayService, request: web.Request, param: str) -> web.Response:
+    sources = await _sources(service, request.query.get(param))
+    values: dict[str, int] = {}
+    for source in sources:
+        parts = await service.refreshed(source)
+        values[str(source.id)] = max((p.max_scn for p in parts), default=-1)
+    if len(values) == 1:
+        return web.json_response(str(next(iter(values.values()))))
+    return web.json_response(values)
+
+
+async def start_scn(request: web.Request) -> web.Response:
+    """The SCN the snapshot is consistent at: the source's newest window now."""
+    return await _scn_of(request.app[SERVICE], request, "sources")
+
+
+async def target_scn(request: web.Request) -> web.Response:
+    """The SCN catch-up has to reach: the source's newest window now."""
+    param = "source" if "source" in request.query else "sources"
+    return await _scn_of(request.app[SERVICE], request, param)
+
+
+async def sources_list(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    version = _int(request, "v", 1, 1, 2)
+    listed = await service.catalogue.sources()
+    if version == 1:
+        return web.json_response([{"name": s.name, "id": s.id} for s in listed])
+    return web.json_response(
+        {
+            "sources": [
+                {"id": s.id, "name": s.name, "partitions": list(s.partitions)} for s in listed
+            ]
+        }
+    )
+
+
+async def register(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    sources = await _sources(service, request.query.get("sources"), required=False)
+    by_name = {s.name: s for s in sources}
+    out: list[dict[str, Any]] = []
+    token = b""
+    tables = service.ctx.tables
+    while True:
+        try:
+            page, token = await tables.read_entries(SCHEMA_TABLE, 1000, token)
+        except StorageError:
+            break  # no schema was ever set
+        if not page:
+            break
+        for key, value, _version in page:
+            name, _, ver = key.decode("utf-8", "replace").rpartition("\x00")
+            if name in by_name and ver.isdigit():
+                out.append({"id": by_name[name].id, "version": int(ver), "schema": value.decode()})
+    if "sources" in request.query and not out:
+        raise BadRequest("no schema registered for these sources", status=404)
+    out.sort(key=lambda o: (o["id"], o["version"]))
+    return web.json_response(out)
+
+
+async def physical_sources(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    out = []
+    for s in await service.catalogue.sources():
+        for seg in s.partitions:
+            out.append({"name": seg, "id": s.id, "sources": [{"id": s.id, "name": s.name}]})
+    return web.json_response(out)
+
+
+async def physical_buffers(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    out: dict[str, list[str]] = {}
+    for s in await service.catalogue.sources():
+        for seg in s.partitions:
+            out[f"{s.name}:0"] = [seg]
+    return web.json_response(out)
+
+
+async def buffer_info(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    source = await service.catalogue.find(request.match_info["source"])
+    if source is None:
+        raise BadRequest(f"unknown source {request.match_info['source']!r}", status=404)
+    parts = await service.refreshed(source)
+    index = request.match_info.get("partition", "0")
+    if not index.isdigit() or int(index) >= len(parts):
+        raise BadRequest(f"source {source.name!r} has no partition {index!r}", status=404)
+    p = parts[int(index)]
+    return web.json_response(
+        {
+            "minScn": p.min_scn,
+            "maxScn": p.max_scn,
+            "timestampLatestEvent": p.latest_ts_ms,
+            "timestampFirstEvent": p.first_ts_ms,
+        }
+    )
+
+
+async def stats_page(request: web.Request) -> web.Response:
+    return web.json_response(await stats_snapshot(request.app[SERVICE]))
+
+
+async def stats_snapshot(service: RelayService) -> dict[str, Any]:
+    m = service.ctx.metrics
+    sources: dict[str, Any] = {}
+    for s in await service.catalogue.sources():
+        parts = await service.refreshed(s)
+        sources[str(s.id)] = {
+            "name": s.name,
+            "partitions": list(s.partitions),
+            "state": service.state_of(s),
+            "events": sum(p.events for p in parts),
+            "bytes": sum(p.scan_offset for p in parts),
+            "minScn": min((p.min_scn for p in parts), default=-1),
+            "maxScn": max((p.max_scn for p in parts), default=-1),
+            "timestampFirstEvent": min((p.first_ts_ms for p in parts), default=0),
+            "timestampLatestEvent": max((p.latest_ts_ms for p in parts), default=0),
+            "error": next((p.broken for p in parts if p.broken), None),
+        }
+    rate_in, rate_out, bytes_out = service.stats.rates(m.events)
+    outbound = service.stats.outbound()
+    outbound.update(events_per_s=round(rate_out, 1), bytes_per_s=round(bytes_out, 1))
+    return {
+        "inbound": {
+            "appends": m.appends,
+            "bytes": m.append_bytes,
+            "events": m.events,
+            "events_per_s": round(rate_in, 1),
+            "sources": sources,
+        },
+        "outbound": outbound,
+    }
+
+
+async def disconnect_clients(request: web.Request) -> web.Response:
+    http = request.app[HTTP]
+    closed = http.disconnect_all(keep=request.protocol)
+    return web.json_response({"disconnected": closed})
+
+
+async def control_sources(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    action = request.match_info["action"]
+    if action not in ("start", "pause", "unpause", "shutdown", "status"):
+        raise BadRequest(f"unknown control action {action!r}", status=404)
+    sources = await _sources(service, request.query.get("sources"), required=False)
+    new = {"start": "running", "unpause": "running", "pause": "paused", "shutdown": "shutdown"}
+    out = []
+    for source in sources:
+        if action != "status":
+            service.set_state(source, new[action])
+        parts = await service.refreshed(source)
+        scn = max((p.max_scn for p in parts), default=-1)
+        out.append({"name": source.name, "status": service.state_of(source), "SCN": scn})
+    return web.json_response(out[0] if len(out) == 1 else out)
+
+
+def add_routes(app: web.Application, service: RelayService) -> None:
+    app[SERVICE] = service
+    app.middlewares.append(errors_middleware)
+    r = app.router
+    r.add_get("/sources", sources_list)
+    r.add_get("/register", register)
+    r.add_get("/stream", stream)
+    r.add_get("/bootstrap", bootstrap)
+    r.add_get("/startSCN", start_scn)
+    r.add_get("/targetSCN", target_scn)
+    r.add_get("/physicalSources", physical_sources)
+    r.add_get("/physicalBuffers", physical_buffers)
+    r.add_get("/bufferInfo/inbound/{source}", buffer_info)
+    r.add_get("/bufferInfo/inbound/{source}/{partition}", buffer_info)
+    r.add_get("/stats", stats_page)
+    r.add_get("/relayCommand/disconnectClients", disconnect_clients)
+    r.add_get("/controlSources/{action}", control_sources)

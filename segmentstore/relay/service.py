@@ -1,0 +1,193 @@
+"""The relay's engine: sources, their partitions, the state of each source, and answering
+a stream request (``/stream`` and ``/bootstrap``) with no HTTP in it.
+
+Contract: ``stream`` serves whole windows after the checkpoint's position of each source,
+up to ``size`` output bytes, in the sources' id order starting at a rotating one (so a
+busy source cannot starve the others of a shared budget); at the tail it waits (a long
+poll, at most ``hold`` seconds) for a window to close in any requested source and answers
+``no_events`` only when the hold ran out. A source too far behind (truncated data)
+answers ``too_old`` for the whole request, before any byte is sent.
+
+Source states (``/controlSources``): ``running``; ``paused``: the relay stops serving the
+source (its requests wait as at the tail, then answer no-events) while appends go on
+being stored, so unpausing loses nothing; ``shutdown``: the source is not served at all
+(its requests answer 404) until ``start``. We chose "stop serving" over holding appends:
+holding them would need a hook in the wire server's append path and would turn a relay
+switch into a write outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..storage import SegmentNotFound, StorageError
+from .catalogue import Source, SourceCatalogue
+from .checkpoint import Checkpoint
+from .filters import KeyTest
+from .partition import Partition, TooOld
+from .stats import RelayStats
+
+if TYPE_CHECKING:
+    from ..server.context import ServerContext
+
+STATES = ("running", "paused", "shutdown")
+NO_LIMIT = 2**63 - 1
+
+
+@dataclass(slots=True)
+class StreamAnswer:
+    checkpoint: Checkpoint
+    chunks: list[bytes | memoryview] = field(default_factory=list)
+    nbytes: int = 0
+    events: int = 0
+    filtered: int = 0
+    windows: int = 0
+    no_events: bool = False
+    too_old: str | None = None
+    done: bool = False  # bootstrap: every source reached its upper SCN
+
+
+class RelayService:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.store = ctx.store
+        self.catalogue = SourceCatalogue(ctx.store)
+        self.partitions: dict[str, Partition] = {}
+        self.state: dict[int, str] = {}
+        self.stats = RelayStats()
+        self.default_hold = min(ctx.tail_read_timeout, 10.0)
+        self._rotation = 0
+        self.state_changed = asyncio.Event()
+
+    def state_of(self, source: Source) -> str:
+        return self.state.get(source.id, "running")
+
+    def set_state(self, source: Source, state: str) -> None:
+        if state not in STATES:
+            raise ValueError(f"a source state is one of {STATES}, not {state!r}")
+        self.state[source.id] = state
+        self.state_changed.set()
+        self.state_changed = asyncio.Event()
+
+    def partition(self, source: Source, segment: str) -> Partition:
+        part = self.partitions.get(segment)
+        if part is None or part.src_id != source.id:
+            part = self.partitions[segment] = Partition(self.store, segment, source.id)
+        return part
+
+    async def refreshed(self, source: Source) -> list[Partition]:
+        """The source's partitions with everything committed indexed."""
+        parts = [self.partition(source, seg) for seg in source.partitions]
+        for part in parts:
+            try:
+                await part.catch_up()
+            except SegmentNotFound:  # deleted meanwhile: serve nothing more, forget it
+                self.partitions.pop(part.segment, None)
+            except StorageError:  # e.g. truncated under the read: serve what we have
+                pass
+        return parts
+
+    async def stream(
+        self,
+        sources: list[Source],
+        checkpoint: Checkpoint,
+        size: int,
+        tests: dict[int, KeyTest],
+        as_json: bool,
+        hold: float,
+        from_latest: bool = False,
+        upper: dict[int, int] | None = None,
+    ) -> StreamAnswer:
+        answer = StreamAnswer(checkpoint)
+        deadline = time.monotonic() + hold
+        self._rotation += 1
+        latest_set = False
+        while True:
+            serving = [s for s in sources if self.state_of(s) == "running"]
+            parts: list[tuple[Source, Partition]] = []
+            for source in serving:
+                for part in await self.refreshed(source):
+                    parts.append((source, part))
+            if from_latest and not latest_set:
+                for source, part in parts:
+                    checkpoint.advance(source.id, part.max_scn, -1)
+                latest_set = True
+            starts = []
+            try:
+                for source, part in parts:
+                    since, offset = checkpoint.position(source.id)
+                    starts.append(part.start_of(since, offset))
+            except TooOld as e:
+                answer.too_old = str(e)
+                return answer
+            if parts:
+                turn = self._rotation % len(parts)
+                order = list(range(turn, len(parts))) + list(range(turn))
+            else:
+                order = []
+            moved = False
+            for k in order:
+                source, part = parts[k]
+                limit = NO_LIMIT if upper is None else upper.get(source.id, -1)
+                served = await part.serve(
+                    starts[k],
+                    size - answer.nbytes,
+                    limit,
+                    tests.get(source.id),
+                    as_json,
+                    must_send=answer.nbytes == 0,
+                )
+                if served.position is not None:
+                    checkpoint.advance(source.id, *served.position)
+                    moved = True
+                answer.chunks.extend(served.chunks)
+                answer.nbytes += served.nbytes
+                answer.events += served.events
+                answer.filtered += served.filtered
+                answer.windows += served.windows
+                if answer.nbytes >= size:
+                    break
+            if upper is not None:
+                answer.done = all(
+                    _reached(part, checkpoint, source.id, upper.get(source.id, -1))
+                    for source, part in parts
+                )
+                return answer
+            if moved:
+                return answer
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                answer.no_events = True
+                return answer
+            await self._wait(parts, remaining)
+
+    async def _wait(self, parts: list[tuple[Source, Partition]], timeout: float) -> None:
+        """Until a requested partition gets data, a source changes state, or timeout."""
+        waits: list[asyncio.Future[object]] = [
+            asyncio.ensure_future(self.store.wait_for_data(p.segment, p.scan_offset, timeout))
+            for _s, p in parts
+            if not p.broken
+        ]
+        waits.append(asyncio.ensure_future(self.state_changed.wait()))
+        try:
+            done, _ = await asyncio.wait(
+                waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if done and all(not w.cancelled() and w.exception() for w in done):
+                await asyncio.sleep(min(timeout, 0.2))  # a segment vanished: do not spin
+        finally:
+            for w in waits:
+                w.cancel()
+            for w in waits:
+                with contextlib.suppress(asyncio.CancelledError, StorageError):
+                    await w
+
+
+def _reached(part: Partition, checkpoint: Checkpoint, src_id: int, upper: int) -> bool:
+    """Whether the source's next window lies above ``upper`` (or there is none)."""
+    i, _skip = part.start_of(*checkpoint.position(src_id))
+    return i >= len(part.scns) or part.scns[i] > upper
