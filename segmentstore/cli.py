@@ -31,6 +31,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.transfer",
     "segmentstore.commands.check",
     "segmentstore.commands.relay_schema",
+    "segmentstore.commands.passwd",
 )
 
 
@@ -83,6 +84,20 @@ def _parser() -> argparse.ArgumentParser:
         "--direct-io",
         choices=("on", "off"),
         help="write and read chunk files with O_DIRECT, bypassing the page cache (default on)",
+    )
+    # --- TLS and authorization (issue 20; README "Security") ---
+    s.add_argument("--tls-cert-file", help="PEM certificate: TLS on every port (default off)")
+    s.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
+    s.add_argument("--tls-client-ca-file", help="require client certificates from this CA")
+    s.add_argument("--auth", choices=("on", "off"), help="require delegation tokens (default off)")
+    s.add_argument("--auth-token-secret-file", help="file holding the token signing secret")
+    s.add_argument("--auth-password-file", help="users and static tokens (segmentstore passwd)")
+    s.add_argument("--auth-token-ttl-s", type=float, help="token lifetime (default 600)")
+    s.add_argument(
+        "--http-auth", choices=("on", "off"), help="HTTP port needs credentials (default off)"
+    )
+    s.add_argument(
+        "--advertised-host", help="host name the controller gives clients (must match the cert)"
     )
     for name in SUBCOMMANDS:
         importlib.import_module(name).add_parser(sub)

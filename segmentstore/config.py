@@ -58,6 +58,16 @@ class ServerConfig:
     controller_rate_window_s: float = 120.0  # decaying average of segment rates
     controller_scale_cooldown_s: float = 60.0  # minimum segment age before auto-scaling it
     controller_retention_interval_s: float = 60.0  # how often retention takes a stream cut
+    # --- TLS and authorization (issue 20; README "Security"); off unless set ---
+    tls_cert_file: str = ""  # PEM certificate chain: TLS on the wire, controller and HTTP ports
+    tls_key_file: str = ""  # its PEM private key
+    tls_client_ca_file: str = ""  # set: clients must present a certificate from this CA
+    auth: str = "off"  # "on": every request needs a valid delegation token (JWT, HS512)
+    auth_token_secret_file: str = ""  # the shared HS512 secret (controller and segment store)
+    auth_password_file: str = ""  # users (segmentstore passwd) and static service tokens
+    auth_token_ttl_s: float = 600.0  # lifetime of the tokens the controller issues
+    http_auth: str = "off"  # "on": /metrics, the relay and status need Basic/Bearer credentials
+    advertised_host: str = ""  # host name getURI hands out (TLS clients check it); "" = --host
 
     def validate(self) -> ServerConfig:
         if self.fsync not in FSYNC_MODES:
@@ -90,11 +100,29 @@ class ServerConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        _validate_security(self)
         if self.max_connections < 0 or self.fd_reserve < 0:
             raise ConfigError("max_connections and fd_reserve must be 0 (automatic) or more")
         if self.http_max_connections < 1 or self.http_idle_timeout_s <= 0:
             raise ConfigError("http max connections and idle timeout must be positive")
         return self
+
+
+def _validate_security(c: ServerConfig) -> None:
+    if bool(c.tls_cert_file) != bool(c.tls_key_file):
+        raise ConfigError("TLS needs both tls_cert_file and tls_key_file")
+    if c.tls_client_ca_file and not c.tls_cert_file:
+        raise ConfigError("tls_client_ca_file needs tls_cert_file and tls_key_file")
+    if c.auth not in ("on", "off"):
+        raise ConfigError(f"auth must be on or off, not {c.auth!r}")
+    if c.auth == "on" and not c.auth_token_secret_file:
+        raise ConfigError("auth = on needs auth_token_secret_file (the token signing secret)")
+    if c.http_auth not in ("on", "off"):
+        raise ConfigError(f"http_auth must be on or off, not {c.http_auth!r}")
+    if c.http_auth == "on" and not c.auth_password_file:
+        raise ConfigError("http_auth = on needs auth_password_file (the users it accepts)")
+    if c.auth_token_ttl_s <= 0:
+        raise ConfigError("auth_token_ttl_s must be positive")
 
 
 def _convert(field: dataclasses.Field[Any], raw: Any, source: str) -> Any:

@@ -10,6 +10,7 @@ because the request may have been applied before the connection broke.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from .naming import checked_name, writer_uuid
 from .pool import Backoff, ConnectionPool, within
 from .protocol import (
     NULL_ATTRIBUTE_VALUE,
+    AuthTokenCheckFailed,
     Command,
     ConditionalAttributeUpdate,
     CreateSegment,
@@ -104,6 +106,17 @@ class TableInfo:
     key_length: int
 
 
+def token_expired(reply: Command) -> bool:
+    return isinstance(reply, AuthTokenCheckFailed) and reply.error_code == 1
+
+
+def with_token(make: Callable[[int], Command], token: str) -> Callable[[int], Command]:
+    def remade(rid: int) -> Command:
+        return dataclasses.replace(make(rid), delegation_token=token)  # type: ignore[type-var]
+
+    return remade
+
+
 class AdminClient:
     """Connections and administration requests; :class:`Client` builds on it."""
 
@@ -133,16 +146,37 @@ class AdminClient:
         """
         return await within(limit, self._exchange(make, retry, timeout))
 
+    async def refresh_token(self) -> str:
+        """Fetch a fresh delegation token from ``options.controller`` with
+        ``options.credentials`` (README "Security"); later requests carry it.
+
+        Example: ``await client.refresh_token()``
+        """
+        from .auth import fetch_token
+
+        creds = self.options.credentials
+        if creds is None or not self.options.controller:
+            raise ValueError("refresh_token needs credentials= and controller=")
+        token = await fetch_token(self.options.controller, creds, options=self.options)
+        self.options = dataclasses.replace(self.options, delegation_token=token)
+        return token
+
     async def _exchange(
         self, make: Callable[[int], Command], retry: bool, timeout: float | None
     ) -> Command:
         backoff: Backoff | None = None
+        refreshed = False
         while True:
             rid = next_request_id()
             try:
                 # One reconnect budget for the whole call, counted from the first failure.
                 conn = await self._pool.acquire(None if backoff is None else backoff.remaining())
-                return await conn.call(make(rid), rid, timeout)
+                reply = await conn.call(make(rid), rid, timeout)
+                if refreshed or not token_expired(reply) or self.options.credentials is None:
+                    return reply
+                refreshed = True  # a fresh token, and the request once more with it
+                token = await self.refresh_token()
+                make = with_token(make, token)
             except ConnectFailed:
                 raise  # the pool already retried for what was left of the budget
             except (ConnectionLost, Timeout) as e:

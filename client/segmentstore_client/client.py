@@ -95,6 +95,8 @@ class Client(AdminClient):
 
             client = await segmentstore_client.connect("tcp://127.0.0.1:12345").open()
         """
+        if self.options.credentials is not None and not self.options.delegation_token:
+            await self.refresh_token()  # README "Security": a token from the controller
         await self._pool.acquire()
         return self
 
@@ -319,6 +321,9 @@ def connect(
     keepalive_interval: float = 10.0,
     pool_size: int = 2,
     delegation_token: str = "",
+    credentials: tuple[str, str] | str | None = None,
+    controller: str = "",
+    tls_ca_file: str = "",
     options: ConnectionOptions | None = None,
 ) -> Client:
     """A client of the segment store at ``endpoint`` (``tcp://host:port``).
@@ -326,7 +331,9 @@ def connect(
     Use it as ``async with connect(...) as client`` or ``client = await connect(...)``;
     the first connection opens then. ``reconnect_timeout`` bounds how long writers,
     readers and idempotent requests keep reconnecting before they raise
-    :class:`ConnectionLost`. Example::
+    :class:`ConnectionLost`. With auth on, ``credentials=("user", "password")`` (or a
+    static token) and ``controller="tcp://host:9090"`` fetch the delegation token;
+    ``tls://`` endpoints trust ``tls_ca_file`` (README "Security"). Example::
 
         async with segmentstore_client.connect("tcp://127.0.0.1:12345") as client:
             print(await client.segment_info("orders/0"))
@@ -339,5 +346,8 @@ def connect(
             keepalive_interval=keepalive_interval,
             pool_size=pool_size,
             delegation_token=delegation_token,
+            credentials=credentials,
+            controller=controller,
+            tls_ca_file=tls_ca_file,
         )
     return Client(endpoint, options)

@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import logging
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
+from .auth import client_tls_context
 from .errors import (
     ConnectFailed,
     ConnectionLost,
@@ -48,6 +50,7 @@ log = logging.getLogger("segmentstore_client")
 
 
 DEFAULT_PORT: Final = 12345
+TLS_SCHEMES: Final = ("tls", "ssl", "tcps", "pravegas")
 _KEEPALIVE_FRAME: Final = encode(KeepAlive())
 
 
@@ -57,10 +60,12 @@ class Endpoint:
 
     host: str
     port: int
+    tls: bool = False
 
     @classmethod
     def parse(cls, uri: str) -> Endpoint:
-        """Parse ``tcp://host:port`` (the scheme and the port are optional).
+        """Parse ``tcp://host:port`` (the scheme and the port are optional); ``tls://``
+        (also ``ssl://``, ``tcps://``, ``pravegas://``, as Pravega's client) is TLS.
 
         Example::
 
@@ -70,14 +75,14 @@ class Endpoint:
         if "://" not in text:
             text = "tcp://" + text
         parts = urlsplit(text)
-        if parts.scheme not in ("tcp", "pravega"):
+        if parts.scheme not in ("tcp", "pravega", *TLS_SCHEMES):
             raise ValueError(f"unsupported endpoint scheme {parts.scheme!r} in {uri!r}")
         if not parts.hostname:
             raise ValueError(f"no host in endpoint {uri!r}")
-        return cls(parts.hostname, parts.port or DEFAULT_PORT)
+        return cls(parts.hostname, parts.port or DEFAULT_PORT, parts.scheme in TLS_SCHEMES)
 
     def __str__(self) -> str:
-        return f"tcp://{self.host}:{self.port}"
+        return f"{'tls' if self.tls else 'tcp'}://{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,19 @@ class ConnectionOptions:
     connection (a half-open TCP connection otherwise hangs a tail reader forever)."""
     pool_size: int = 2
     delegation_token: str = ""
+    # --- TLS (tls:// endpoints) and credentials; README "Security" ---
+    tls_ca_file: str = ""
+    """CA bundle that signed the server's certificate ("" = the system's trust store)."""
+    tls_verify: bool = True
+    """False skips certificate and host name checks (Pravega's disable_cert_verification)."""
+    tls_cert_file: str = ""
+    """Client certificate (PEM) for a server that requires one; key in ``tls_key_file``."""
+    tls_key_file: str = ""
+    credentials: tuple[str, str] | str | None = None
+    """(user, password) or a static token: the client asks ``controller`` for a delegation
+    token when it opens, and again (once per request) when the store says it expired."""
+    controller: str = ""
+    """The controller (``tcp://`` or ``tls://host:9090``) that issues delegation tokens."""
 
 
 _request_ids = itertools.count(1)
@@ -471,10 +489,15 @@ async def open_connection(
     """
     options = options or ConnectionOptions()
     loop = asyncio.get_running_loop()
+    tls = client_tls_context(options) if endpoint.tls else None
     try:
         _, conn = await asyncio.wait_for(
             loop.create_connection(
-                lambda: Connection(endpoint, options), endpoint.host, endpoint.port
+                lambda: Connection(endpoint, options),
+                endpoint.host,
+                endpoint.port,
+                ssl=tls,
+                server_hostname=endpoint.host if tls is not None else None,
             ),
             options.connect_timeout,
         )
@@ -485,7 +508,10 @@ async def open_connection(
     except OSError as e:
         error = ConnectFailed(f"could not connect to {endpoint}: {e}")
         # Nothing listens there, or the name does not resolve: not a passing blip.
-        error.refused = isinstance(e, ConnectionRefusedError | socket.gaierror)
+        # A certificate that fails verification will fail the same way next time.
+        error.refused = isinstance(
+            e, ConnectionRefusedError | socket.gaierror | ssl.SSLCertVerificationError
+        )
         raise error from e
     try:
         await conn.handshake(options.connect_timeout)

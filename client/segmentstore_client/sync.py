@@ -185,6 +185,10 @@ class SyncClient:
         """
         return "closed" if self._closed else self._client.state
 
+    def refresh_token(self) -> str:
+        """See :meth:`Client.refresh_token`. Example: ``client.refresh_token()``."""
+        return self._lt.run(self._client.refresh_token())
+
     def ping(self, *, timeout: float | None = None) -> float:
         """Round trip to the server in seconds (see :meth:`Client.ping`).
 
@@ -494,6 +498,9 @@ def connect(
     keepalive_interval: float = 10.0,
     pool_size: int = 2,
     delegation_token: str = "",
+    credentials: tuple[str, str] | str | None = None,
+    controller: str = "",
+    tls_ca_file: str = "",
     options: ConnectionOptions | None = None,
 ) -> SyncClient:
     """A blocking client of the segment store at ``endpoint``; the arguments are those of
@@ -517,6 +524,9 @@ def connect(
                 keepalive_interval=keepalive_interval,
                 pool_size=pool_size,
                 delegation_token=delegation_token,
+                credentials=credentials,
+                controller=controller,
+                tls_ca_file=tls_ca_file,
                 options=options,
             )
             try:

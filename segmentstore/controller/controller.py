@@ -14,9 +14,11 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
+from ..auth.controller_auth import AuthInterceptor
 from ..storage import SegmentStore
 from ..tables import TableStore
 from .autoscale import AutoScaler
@@ -63,6 +65,8 @@ class Controller:
         tables: TableStore,
         settings: ControllerSettings,
         endpoint: tuple[str, int],
+        tls_credentials: Any = None,  # grpc server credentials: TLS on this port (auth/)
+        auth: Any = None,  # auth.controller_auth.ControllerAuth: every RPC authenticates
     ) -> Controller:
         md = await Metadata.open(tables)
         streams = Streams(store, md)
@@ -70,16 +74,21 @@ class Controller:
         await streams.recover()
         await txns.recover()
         ctl = cls(md, streams, txns, settings)
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        interceptors = [] if auth is None else [AuthInterceptor(auth)]
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
         address = f"{settings.host}:{settings.port}"
         try:
-            port = server.add_insecure_port(address)
+            if tls_credentials is not None:
+                port = server.add_secure_port(address, tls_credentials)
+            else:
+                port = server.add_insecure_port(address)
         except RuntimeError as e:
             raise ControllerError(f"cannot listen on {address} for the controller: {e}") from e
         if port == 0:
             raise ControllerError(f"cannot listen on {address} for the controller (in use?)")
         ctl.port = port
         ctl.service = Service(streams, txns, endpoint, (settings.host, port))
+        ctl.service.auth = auth
         pb_grpc.add_ControllerServiceServicer_to_server(ctl.service, server)  # type: ignore[no-untyped-call]
         await server.start()
         ctl._server = server

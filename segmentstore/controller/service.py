@@ -94,6 +94,8 @@ def _cut(entries: Any) -> dict[int, int]:
 
 
 class Service(pb_grpc.ControllerServiceServicer):
+    auth: Any = None  # auth.controller_auth.ControllerAuth when auth is on (README "Security")
+
     def __init__(
         self,
         streams: Streams,
@@ -320,7 +322,9 @@ class Service(pb_grpc.ControllerServiceServicer):
 
     @_counted
     async def getDelegationToken(self, request: Any, context: Ctx) -> Any:
-        return pb.DelegationToken(delegationToken="")  # auth is off: the empty token
+        if self.auth is None:
+            return pb.DelegationToken(delegationToken="")  # auth is off: the empty token
+        return pb.DelegationToken(delegationToken=await self.auth.grpc_token(request, context))
 
     # ------------------------------------------------------------------ scaling
 

@@ -7,7 +7,7 @@ routes) and serves it on ``config.http_host:config.http_port`` with the limits o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 __all__ = ["HttpLimits", "HttpServer", "start_http"]
 
 
-async def start_http(ctx: ServerContext, config: ServerConfig) -> HttpServer:
+async def start_http(
+    ctx: ServerContext, config: ServerConfig, ssl: Any = None, auth: Any = None
+) -> HttpServer:
+    """``ssl``: an ``ssl.SSLContext`` (HTTPS); ``auth``: an ``auth.ControllerAuth`` every
+    request must satisfy (README "Security")."""
     from ..server.metrics import MetricsPage
 
     page = MetricsPage(ctx.metrics)
@@ -34,6 +38,10 @@ async def start_http(ctx: ServerContext, config: ServerConfig) -> HttpServer:
     from .service import RelayService
 
     app = web.Application()
+    if auth is not None:
+        from ..auth.http_auth import require_credentials
+
+        app.middlewares.append(require_credentials(auth))
     app.router.add_get("/metrics", metrics)
     service = RelayService(ctx)
     add_routes(app, service)
@@ -41,5 +49,5 @@ async def start_http(ctx: ServerContext, config: ServerConfig) -> HttpServer:
     limits = HttpLimits(config.http_max_connections, config.http_idle_timeout_s)
     server = HttpServer(app, limits)
     app[HTTP] = server
-    await server.start(config.http_host, config.http_port)
+    await server.start(config.http_host, config.http_port, ssl=ssl)
     return server

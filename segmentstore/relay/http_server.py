@@ -135,7 +135,7 @@ class HttpServer:
     def open_connections(self) -> int:
         return len(self.tracker.open)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl: Any = None) -> int:
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
@@ -150,7 +150,9 @@ class HttpServer:
             return handler
 
         try:
-            self._listener = await loop.create_server(factory, host, port, backlog=BACKLOG)
+            self._listener = await loop.create_server(
+                factory, host, port, backlog=BACKLOG, ssl=ssl
+            )  # ssl: HTTPS (README "Security")
         except OSError:
             await self._runner.cleanup()
             raise

@@ -109,6 +109,7 @@ class Connection(asyncio.Protocol):
         self.appends = Appends(self)
         self.reads = Reads(self)
         self.transient: set[str] = set()
+        self.auth_check = server.auth.session() if server.auth is not None else None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.closed = False
@@ -382,7 +383,9 @@ class Connection(asyncio.Protocol):
                 self.appends.append(append)
             return
         self.metrics.requests[kind.__name__] += 1
-        refusal = name_refusal(command)
+        refusal: Reply | None = name_refusal(command)
+        if refusal is None and self.auth_check is not None:  # auth = on (README "Security")
+            refusal = self.auth_check(command)
         if refusal is not None:
             self.reply(refusal)
         elif kind is ReadSegment:

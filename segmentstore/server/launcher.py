@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 READY = re.compile(r"listening on ([0-9.]+):(\d+)")
-METRICS = re.compile(r"metrics on http://([0-9.]+):(\d+)/metrics")
+METRICS = re.compile(r"metrics on https?://([0-9.]+):(\d+)/metrics")
 SETTINGS_PREFIX = "SEGMENTSTORE_"
 MAX_LOG_LINES = 20_000
 

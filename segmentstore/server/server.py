@@ -79,6 +79,8 @@ class Server:
         self._background: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self.controller: Any = None  # segmentstore.controller.controller.Controller, if enabled
+        self.tls: Any = None  # ssl.SSLContext of every listener when TLS is on (auth/)
+        self.auth: Any = None  # auth.Authorizer when auth = on: connections check tokens
 
     @classmethod
     async def start(cls, config: ServerConfig) -> Server:
@@ -128,6 +130,7 @@ class Server:
         ctx = ServerContext(store, tables, metrics, tail_read_timeout=config.tail_read_timeout_s)
         server = cls(config, ctx, max_connections=cap)
         try:
+            server._security()
             await server._listen()
         except BaseException:
             await tables.close()
@@ -165,25 +168,57 @@ class Server:
             ) from e
 
         host = self.address[0] if self.address[0] not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        host = c.advertised_host or host  # a name the TLS certificate carries (README "Security")
         settings = ControllerSettings(
             c.host, c.controller_port, c.controller_tick_s, c.controller_rate_window_s,
             c.controller_scale_cooldown_s, c.controller_retention_interval_s,
         )  # fmt: skip
+        tls_credentials, auth = self._controller_security()
+        if auth is not None:
+            from ..auth.acls import AclTable
+
+            auth.acls = await AclTable.open(self.ctx.tables)
         try:
             self.controller = await Controller.start(
-                self.ctx.store, self.ctx.tables, settings, (host, self.address[1])
-            )
+                self.ctx.store, self.ctx.tables, settings, (host, self.address[1]),
+                tls_credentials, auth,
+            )  # fmt: skip
         except ControllerError as e:
             raise StartupError(str(e)) from e
         self.ctx.metrics.controller_stats = self.controller.stats
+
+    def _security(self) -> None:
+        from ..auth import SecurityError, authorizer, tls_context
+
+        try:
+            self.tls, self.auth = tls_context(self.config), authorizer(self.config)
+        except SecurityError as e:
+            raise StartupError(str(e)) from e
+
+    def _controller_security(self) -> tuple[Any, Any]:
+        from ..auth import SecurityError, controller_authenticator
+        from ..tls import TlsError, grpc_credentials
+
+        c = self.config
+        try:
+            creds = (
+                grpc_credentials(c.tls_cert_file, c.tls_key_file, c.tls_client_ca_file)
+                if c.tls_cert_file
+                else None
+            )
+            return creds, controller_authenticator(c)
+        except (SecurityError, TlsError) as e:
+            raise StartupError(str(e)) from e
 
     async def _listen(self) -> None:
         loop = asyncio.get_running_loop()
         c = self.config
         try:
             self._listener = await loop.create_server(
-                self._new_connection, c.host, c.port, backlog=1024
-            )
+                self._new_connection, c.host, c.port, backlog=1024, ssl=self.tls,
+                # A peer stalling the TLS handshake is held no longer than one without Hello.
+                ssl_handshake_timeout=c.hello_timeout_s if self.tls else None,
+            )  # fmt: skip
         except OSError as e:
             raise StartupError(f"cannot listen on {c.host}:{c.port}: {_why(e)}") from e
         sock = self._listener.sockets[0].getsockname()
@@ -192,7 +227,9 @@ class Server:
             from ..relay import start_http  # /metrics and the Databus relay, on this loop
 
             try:
-                self._metrics_server = await start_http(self.ctx, c)
+                self._metrics_server = await start_http(
+                    self.ctx, c, ssl=self.tls, auth=self._http_auth()
+                )
             except OSError as e:
                 self._listener.close()
                 why = _why(e)
@@ -200,6 +237,17 @@ class Server:
                     f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
                 ) from e
             self.metrics_port = self._metrics_server.port
+
+    def _http_auth(self) -> Any:
+        """auth.ControllerAuth when the HTTP port requires credentials (http_auth = on)."""
+        if self.config.http_auth != "on":
+            return None
+        from ..auth import SecurityError, password_checker
+
+        try:
+            return password_checker(self.config)
+        except SecurityError as e:
+            raise StartupError(str(e)) from e
 
     def _new_connection(self) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
@@ -253,12 +301,14 @@ class Server:
     def ready_line(self) -> str:
         host, port = self.address
         metrics = (
-            f"metrics on http://{self.config.http_host}:{self.metrics_port}/metrics"
+            f"metrics on http{'s' if self.tls else ''}://{self.config.http_host}:"
+            f"{self.metrics_port}/metrics"
             if self.metrics_port is not None
             else "metrics disabled"
         )
         controller = (
-            f"controller on tcp://{self.config.host}:{self.controller.port}"
+            f"controller on {'tls' if self.tls else 'tcp'}://{self.config.host}:"
+            f"{self.controller.port}"
             if self.controller is not None
             else "controller disabled"
         )

@@ -101,7 +101,7 @@ def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> list[tupl
 
 
 # Commands that talk to no server: shell completion and the offline data-dir tools.
-OFFLINE = {("completion",), ("check",), ("repair",)}
+OFFLINE = {("completion",), ("check",), ("repair",), ("passwd",)}  # passwd edits a file
 
 
 def test_every_subcommand_has_examples_in_its_help() -> None:
