@@ -14,7 +14,6 @@ import weakref
 from collections.abc import Generator
 from typing import Any, Final, overload
 
-from .admin import AdminClient
 from .connection import ConnectionOptions, Endpoint
 from .errors import ClientClosed
 from .eventbus import EventBus
@@ -23,6 +22,7 @@ from .formats._sdk import FormattedReader, FormattedWriter
 from .pool import within
 from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
+from .streams.admin import StreamAdmin
 from .table import Table
 from .writer import EventWriter
 
@@ -31,7 +31,7 @@ log = logging.getLogger("segmentstore_client")
 _MAX_READ_LENGTH: Final = 16 * 1024 * 1024
 
 
-class Client(AdminClient):
+class Client(StreamAdmin):
     """An asyncio client of one segment store; make one with :func:`connect`.
 
     Example::
@@ -44,8 +44,10 @@ class Client(AdminClient):
                 print(event.data)
     """
 
-    def __init__(self, endpoint: str | Endpoint, options: ConnectionOptions) -> None:
-        super().__init__(endpoint, options)
+    def __init__(
+        self, endpoint: str | Endpoint, options: ConnectionOptions, controller: str = ""
+    ) -> None:
+        super().__init__(endpoint, options, controller)
         self._writers: set[EventWriter] = set()
         self._readers: weakref.WeakSet[EventReader] = weakref.WeakSet()
         self._closed = False
@@ -131,6 +133,7 @@ class Client(AdminClient):
         for w, r in zip(writers, results, strict=True):
             if isinstance(r, BaseException):
                 log.warning("closing %r failed: %s", w, r)
+        await self._close_controller()
         await self._pool.close()
 
     @overload
@@ -320,13 +323,15 @@ def connect(
     pool_size: int = 2,
     delegation_token: str = "",
     options: ConnectionOptions | None = None,
+    controller: str = "",
 ) -> Client:
     """A client of the segment store at ``endpoint`` (``tcp://host:port``).
 
     Use it as ``async with connect(...) as client`` or ``client = await connect(...)``;
     the first connection opens then. ``reconnect_timeout`` bounds how long writers,
     readers and idempotent requests keep reconnecting before they raise
-    :class:`ConnectionLost`. Example::
+    :class:`ConnectionLost`. ``controller`` is the controller's ``tcp://host:port`` for
+    streams (default: the segment store's host, port 9090). Example::
 
         async with segmentstore_client.connect("tcp://127.0.0.1:12345") as client:
             print(await client.segment_info("orders/0"))
@@ -340,4 +345,4 @@ def connect(
             pool_size=pool_size,
             delegation_token=delegation_token,
         )
-    return Client(endpoint, options)
+    return Client(endpoint, options, controller)

@@ -16,13 +16,13 @@ import logging
 from dataclasses import dataclass
 
 import grpc
+from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
 from ..storage import SegmentStore
 from ..tables import TableStore
 from .autoscale import AutoScaler
 from .errors import ControllerError
 from .metadata import Metadata
-from .proto import controller_pb2_grpc as pb_grpc
 from .retention import Retention
 from .service import Service
 from .streams import Streams
