@@ -23,6 +23,7 @@ from .pool import within
 from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
 from .streams.admin import StreamAdmin
+from .streams.stream_writer import StreamWriter
 from .table import Table
 from .writer import EventWriter
 
@@ -288,6 +289,35 @@ class Client(StreamAdmin):
         if len(data) > length:  # the server rounds tiny reads up to a record header
             return ReadChunk(offset, data[:length], False, False)
         return ReadChunk(offset, data, reply.at_tail, reply.end_of_segment)
+
+    def stream_writer(
+        self,
+        stream: str,
+        writer_id: str | uuid.UUID | None = None,
+        *,
+        block_size: int = 1024 * 1024,
+        linger: float = 0.002,
+        max_buffered_bytes: int = 32 * 1024 * 1024,
+    ) -> StreamWriter:
+        """A :class:`~segmentstore_client.streams.StreamWriter` for ``scope/stream``:
+        events with routing keys, one exactly-once segment writer per segment (all with
+        ``writer_id``), following scale events. Needs the ``streams`` extra.
+
+        Example::
+
+            async with client.stream_writer("shop/orders") as w:
+                await w.write(b"e", routing_key="user-7")
+        """
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        return StreamWriter(
+            self,
+            stream,
+            writer_id,
+            block_size=block_size,
+            linger=linger,
+            max_buffered_bytes=max_buffered_bytes,
+        )
 
     def events(self, scope: str, *, partitions: int = 1) -> EventBus:
         """Request/reply with namespaced events over the segments of ``scope``: an
