@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import segmentstore_client as sc
 from segmentstore_client import sync
+from segmentstore_client.streams.stream_writer import StreamWriter
+from segmentstore_client.streams.sync_streams import SyncStreamWriter
 
 from .timing import Bound
 
@@ -241,6 +243,7 @@ PAIRS: list[tuple[type, type, set[str]]] = [
     (sc.Table, sync.SyncTable, {"keys_page", "items_page"}),
     (sc.EventWriter, sync.SyncEventWriter, set()),
     (sc.EventReader, sync.SyncEventReader, {"batches"}),
+    (StreamWriter, SyncStreamWriter, set()),
 ]
 
 
