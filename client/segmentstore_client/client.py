@@ -11,8 +11,8 @@ import asyncio
 import logging
 import uuid
 import weakref
-from collections.abc import Generator
-from typing import Any, Final, overload
+from collections.abc import Generator, Iterable
+from typing import Any, Final, Literal, overload
 
 from .connection import ConnectionOptions, Endpoint
 from .errors import ClientClosed
@@ -23,6 +23,8 @@ from .pool import within
 from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
 from .streams.admin import StreamAdmin
+from .streams.reader_group import ReaderGroup
+from .streams.stream_cut import StreamCut
 from .streams.stream_writer import StreamWriter
 from .table import Table
 from .writer import EventWriter
@@ -317,6 +319,31 @@ class Client(StreamAdmin):
             block_size=block_size,
             linger=linger,
             max_buffered_bytes=max_buffered_bytes,
+        )
+
+    def reader_group(
+        self,
+        name: str,
+        streams: Iterable[str],
+        start: Literal["head", "tail"] | StreamCut | Iterable[StreamCut] = "head",
+        *,
+        reader_timeout: float = 30.0,
+        sync_interval: float = 0.5,
+    ) -> ReaderGroup:
+        """The reader group ``scope/group`` over ``streams`` (created on first use from
+        ``start``: the head, the tail or stream cuts; an existing group keeps its state).
+        Readers that do not sync for ``reader_timeout`` seconds lose their segments.
+
+        Example::
+
+            group = await client.reader_group("shop/billing", ["shop/orders"])
+            async for event in group.reader("reader-1"):
+                print(event.segment, event.offset, event.data)
+        """
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        return ReaderGroup(
+            self, name, streams, start, reader_timeout=reader_timeout, sync_interval=sync_interval
         )
 
     def events(self, scope: str, *, partitions: int = 1) -> EventBus:
