@@ -31,6 +31,7 @@ from ..errors import SegmentSealed, WriterClosed
 from ..writer import Ack, EventWriter
 from .controller_client import segment_name, split_stream
 from .routing import KeyRanges, key_hash
+from .transaction import Transaction
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -280,6 +281,23 @@ class StreamWriter:
             skip = max(0, held - chunk.first + 1)
             if skip < len(chunk.data):
                 await self._send(chunk.data[skip:], chunk.keys[skip:], chunk.ticket or _Ticket())
+
+    async def begin(self, lease_ms: int = 30_000) -> Transaction:
+        """Open a transaction on the stream (see :class:`Transaction`).
+
+        Example::
+
+            txn = await writer.begin()
+            await txn.write(b"e", routing_key="k")
+            await txn.commit()
+        """
+        self._check()
+        c = self._client.controller
+        req = c.messages().CreateTxnRequest(
+            streamInfo=c.info(self._scope, self._stream), lease=lease_ms
+        )
+        reply = await c.call("createTransaction", req)
+        return Transaction(self._client, self._scope, self._stream, reply, self.writer_id)
 
     async def flush(self) -> None:
         """Wait until every event written so far is durable (following scale events).
