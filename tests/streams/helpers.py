@@ -3,7 +3,10 @@ order (so a key's events come out in the order its segments held them)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import segmentstore_client as sc
+from segmentstore_client.streams.stream_writer import StreamWriter
 
 
 async def read_stream(client: sc.Client, stream: str) -> dict[int, list[str]]:
@@ -23,3 +26,21 @@ def per_key(events: dict[int, list[str]]) -> dict[str, list[int]]:
             key, _, n = line.rstrip(".").rpartition(":")
             seen.setdefault(key, []).append(int(n))
     return seen
+
+
+async def write_rounds(w: StreamWriter, keys: int, rounds: int, pause: float = 0.0) -> None:
+    """``rounds`` rounds of one ``k<i>:<n>`` event per key, routed by key."""
+    for n in range(rounds):
+        await w.write_many(
+            [f"k{i}:{n}".encode() for i in range(keys)],
+            routing_keys=[f"k{i}" for i in range(keys)],
+        )
+        if pause:
+            await asyncio.sleep(pause)
+
+
+async def scale_steps(client: sc.Client, stream: str, plan: list[int], every: float) -> None:
+    """Scale ``stream`` to each segment count of ``plan``, ``every`` seconds apart."""
+    for count in plan:
+        await asyncio.sleep(every)
+        await client.scale_stream(stream, count)

@@ -10,7 +10,7 @@ import pytest
 import segmentstore_client as sc
 from controller.conftest import Ctl, controller_uri, run_driver
 
-from .helpers import per_key, read_stream
+from .helpers import per_key, read_stream, scale_steps, write_rounds
 
 
 async def test_same_keys_from_official_client_and_sdk_share_segments(
@@ -76,20 +76,9 @@ async def test_scaling_while_writing_keeps_every_event_once_in_key_order(
     keys, rounds = 30, 60
     w = client.stream_writer("sc/s", "scaler-test", linger=0.001)
 
-    async def produce() -> None:
-        for n in range(rounds):
-            await w.write_many(
-                [f"k{i}:{n}".encode() for i in range(keys)],
-                routing_keys=[f"k{i}" for i in range(keys)],
-            )
-            await asyncio.sleep(0.01)
-
-    async def scale() -> None:
-        for count in plan:
-            await asyncio.sleep(0.15)
-            await client.scale_stream("sc/s", count)
-
-    await asyncio.gather(produce(), scale())
+    await asyncio.gather(
+        write_rounds(w, keys, rounds, 0.01), scale_steps(client, "sc/s", plan, 0.15)
+    )
     await w.close()
     info = await client.stream_info("sc/s")
     assert len(info.epochs) == 1 + len(plan)

@@ -7,8 +7,9 @@ conflict), so no controller RPC is needed and the state survives restarts of rea
 of the server. A :class:`GroupReader` syncs with the state every ``sync_interval`` seconds
 (and whenever it runs out of work): heartbeat, offsets, checkpoints, rebalancing. It reads
 its segments round robin with ``read_bytes`` and yields :class:`StreamEvent` objects; the
-offset of an event counts as passed when the next one is asked for (at-least-once between
-checkpoints: a reader that dies is replaced from its last synced offsets). A segment read
+offset of an event counts as passed when the next one is asked for, or when the reader
+closes (at-least-once between checkpoints: a reader that dies is replaced from its last
+synced offsets). A segment read
 to its sealed end is finished; its successors are asked of the controller and become
 readable once all their predecessors are finished.
 """
@@ -188,6 +189,14 @@ class GroupReader:
         self._generation = -1
         self._closed = False
         self._next_sync = 0.0
+        self._handed: tuple[str, int] | None = None
+
+    def _pass_handed(self) -> None:
+        if self._handed is not None:
+            key, offset = self._handed
+            if key in self._owned:
+                self._owned[key] = offset
+            self._handed = None
 
     async def join(self) -> GroupReader:
         """Register in the group now (iterating does it too), so that the segments are
@@ -279,9 +288,9 @@ class GroupReader:
                 parser = EventParser(offset)
                 for ev_offset, payload in parser.feed(chunk.data):
                     got = True
+                    self._handed = (key, ev_offset + 8 + len(payload))
                     yield StreamEvent(bytes(payload), stream, sid, ev_offset)
-                    if key in self._owned:  # passed: the next one was asked for
-                        self._owned[key] = ev_offset + 8 + len(payload)
+                    self._pass_handed()  # passed: the next one was asked for
                     if self._closed:
                         return
             if got:
@@ -297,5 +306,6 @@ class GroupReader:
         if self._closed:
             return
         self._closed = True
+        self._pass_handed()  # closing deliberately: the last event handed out was taken
         owned = dict(self._owned)
         await self.group.update(lambda st: gs.leave(st, self.reader_id, owned))
