@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..admin import AdminClient
 from ..errors import NoSuchSegment
-from .controller_client import ControllerClient, segment_name, split_stream
+from .controller_client import ControllerClient, StreamError, segment_name, split_stream
 from .policies import RetentionPolicy, ScalingPolicy, SegmentStats, StreamInfo
 from .routing import KeyRange
 from .stream_cut import StreamCut
@@ -264,8 +264,8 @@ class StreamAdmin(AdminClient):
         for epoch in range(1_000_000):  # bounded by the stream's epochs
             try:
                 epochs.append(await c.epoch_segments(scope, name, epoch))
-            except Exception:  # past the last epoch: INVALID_ARGUMENT
-                if epoch == 0:
+            except StreamError as e:  # past the last epoch: INVALID_ARGUMENT
+                if epoch == 0 or e.status != "INVALID_ARGUMENT":
                     raise
                 break
         stats: dict[int, SegmentStats] = {}

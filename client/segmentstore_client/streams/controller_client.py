@@ -10,7 +10,6 @@ raises :class:`ConnectFailed`, a timed-out call :class:`Timeout`. ``grpcio`` is 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,8 +106,6 @@ class ControllerClient:
             if code == self._grpc.StatusCode.NOT_FOUND:
                 raise NoSuchStream(f"{method}: {e.details()}", "NOT_FOUND") from None
             raise StreamError(f"{method}: {code.name}: {e.details()}", code.name) from None
-        except asyncio.CancelledError:
-            raise
 
     def messages(self) -> Any:
         """The generated protobuf message module (importing grpc on first use)."""
