@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -55,6 +56,7 @@ from segmentstore_client.protocol import (  # noqa: E402
     encode,
     frame_events,
 )
+from segmentstore_client.streams.reader_group import GroupReader  # noqa: E402
 
 from segmentstore.server.launcher import ServerProcess  # noqa: E402
 
@@ -64,6 +66,7 @@ except ImportError:  # pragma: no cover
     uvloop = None  # type: ignore[assignment]
 
 T = TypeVar("T")
+CONTROLLER = re.compile(r"controller on (tcp://[0-9.]+:\d+)")
 BLOCK = 1024 * 1024
 BOUND = 32 * 1024 * 1024
 
@@ -71,13 +74,18 @@ BOUND = 32 * 1024 * 1024
 
 
 @contextmanager
-def server(fsync: str) -> Iterator[tuple[str, int]]:
+def server(fsync: str, controller: bool = False) -> Iterator[tuple[str, int]]:
     """The shared launcher (no SEGMENTSTORE_* inherited); yields (endpoint, pid)."""
+    extra = ["--controller-port", "0"] if controller else []
     with tempfile.TemporaryDirectory(prefix="bench-client-") as data_dir:
-        proc = ServerProcess(Path(data_dir), ["--fsync", fsync], http_port=-1)
+        proc = ServerProcess(Path(data_dir), ["--fsync", fsync, *extra], http_port=-1)
         proc.start()
         try:
-            yield proc.endpoint, proc.pid
+            if controller:
+                found = [m.group(1) for ln in proc.log if (m := CONTROLLER.search(ln))]
+                yield f"{proc.endpoint}|{found[0]}", proc.pid
+            else:
+                yield proc.endpoint, proc.pid
         finally:
             with suppress(subprocess.TimeoutExpired):
                 proc.stop(20)
@@ -406,6 +414,54 @@ def bench(endpoint: str, fsync: str, sizes: list[int], scale: float, reps: int,
     return out
 
 
+# -- streams (issue 17): routing keys over 8 segments, a reader group of 4 ---------------
+
+
+async def stream_rows(endpoints: str, count: int) -> dict[str, float]:
+    """Events/s: write_many to 1 segment vs an 8-segment stream with routing keys; one
+    reader on 1 segment vs a reader group of 4 on 8 segments (all in this process)."""
+    endpoint, controller = endpoints.split("|")
+    payloads = make_payloads(100, count)
+    keys = [f"key-{i % 1000}" for i in range(count)]
+    out: dict[str, float] = {}
+    async with sc.connect(endpoint, controller=controller) as c:
+        scope = f"b{uuid.uuid4().hex[:8]}"
+        await c.create_scope(scope)
+        await c.create_stream(f"{scope}/one", 1)
+        await c.create_stream(f"{scope}/eight", 8)
+        for name, stream, ks in (("1 segment", "one", None), ("8 segments, keys", "eight", keys)):
+            async with c.stream_writer(f"{scope}/{stream}") as w:
+                await w.start()
+                t0 = time.perf_counter()
+                for i in range(0, count, 10_000):
+                    await w.write_many(
+                        payloads[i : i + 10_000],
+                        routing_keys=None if ks is None else ks[i : i + 10_000],
+                    )
+                await w.flush()
+                out[f"stream write_many() {name}"] = count / (time.perf_counter() - t0)
+        for name, stream, readers in (("1 reader, 1 segment", "one", 1),
+                                      ("group of 4, 8 segments", "eight", 4)):  # fmt: skip
+            group = await c.reader_group(f"{scope}/g-{stream}", [f"{scope}/{stream}"])
+            members = [await group.reader(f"r{i}").join() for i in range(readers)]
+            got = [0] * readers
+            last = [0.0]
+
+            async def drain(
+                i: int, r: GroupReader, got: list[int] = got, last: list[float] = last
+            ) -> None:
+                async for _ev in r.events(idle_timeout=1.0):
+                    got[i] += 1
+                    last[0] = time.perf_counter()
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(drain(i, r) for i, r in enumerate(members)))
+            secs = last[0] - t0  # to the last event (the idle timeout that ends them excluded)
+            assert sum(got) == count, (name, sum(got), count)
+            out[f"read {name}"] = count / secs
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--endpoint", help="use a running server instead of starting one")
@@ -414,7 +470,24 @@ def main() -> None:
     ap.add_argument("--sizes", default="100,1024,65536")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply event counts")
     ap.add_argument("--reps", type=int, default=3, help="runs per case (best is reported)")
+    ap.add_argument("--streams", type=int, default=0,
+                    help="also run the stream rows with this many 100 B events")  # fmt: skip
     args = ap.parse_args()
+    if args.streams:
+        for mode in args.fsync.split(","):
+            with server(mode, controller=True) as (endpoints, _pid):
+                rows = run_async(partial(stream_rows, endpoints, args.streams))
+            for name, rate in rows.items():
+                print(f"fsync={mode:<8} 100 B  {name:<36} {rate:>12,.0f} events/s")
+            w1, w8 = (
+                rows["stream write_many() 1 segment"],
+                rows["stream write_many() 8 segments, keys"],
+            )
+            r1, r4 = rows["read 1 reader, 1 segment"], rows["read group of 4, 8 segments"]
+            print(
+                f"ratios: write 8 keyed / 1 = {w8 / w1:.2f}, group of 4 / 1 reader = {r4 / r1:.2f}"
+            )
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     print(
         f"python {sys.version.split()[0]}, loop={'uvloop' if uvloop else 'asyncio'}, "

@@ -11,10 +11,9 @@ import asyncio
 import logging
 import uuid
 import weakref
-from collections.abc import Generator
-from typing import Any, Final, overload
+from collections.abc import Generator, Iterable
+from typing import Any, Final, Literal, overload
 
-from .admin import AdminClient
 from .connection import ConnectionOptions, Endpoint
 from .errors import ClientClosed
 from .eventbus import EventBus
@@ -23,6 +22,10 @@ from .formats._sdk import FormattedReader, FormattedWriter
 from .pool import within
 from .position import Position
 from .reader import EventReader, ReadChunk, read_segment
+from .streams.admin import StreamAdmin
+from .streams.reader_group import ReaderGroup
+from .streams.stream_cut import StreamCut
+from .streams.stream_writer import StreamWriter
 from .table import Table
 from .writer import EventWriter
 
@@ -31,7 +34,7 @@ log = logging.getLogger("segmentstore_client")
 _MAX_READ_LENGTH: Final = 16 * 1024 * 1024
 
 
-class Client(AdminClient):
+class Client(StreamAdmin):
     """An asyncio client of one segment store; make one with :func:`connect`.
 
     Example::
@@ -44,8 +47,10 @@ class Client(AdminClient):
                 print(event.data)
     """
 
-    def __init__(self, endpoint: str | Endpoint, options: ConnectionOptions) -> None:
-        super().__init__(endpoint, options)
+    def __init__(
+        self, endpoint: str | Endpoint, options: ConnectionOptions, controller: str = ""
+    ) -> None:
+        super().__init__(endpoint, options, controller)
         self._writers: set[EventWriter] = set()
         self._readers: weakref.WeakSet[EventReader] = weakref.WeakSet()
         self._closed = False
@@ -133,6 +138,7 @@ class Client(AdminClient):
         for w, r in zip(writers, results, strict=True):
             if isinstance(r, BaseException):
                 log.warning("closing %r failed: %s", w, r)
+        await self._close_controller()
         await self._pool.close()
 
     @overload
@@ -288,6 +294,60 @@ class Client(AdminClient):
             return ReadChunk(offset, data[:length], False, False)
         return ReadChunk(offset, data, reply.at_tail, reply.end_of_segment)
 
+    def stream_writer(
+        self,
+        stream: str,
+        writer_id: str | uuid.UUID | None = None,
+        *,
+        block_size: int = 1024 * 1024,
+        linger: float = 0.002,
+        max_buffered_bytes: int = 32 * 1024 * 1024,
+    ) -> StreamWriter:
+        """A :class:`~segmentstore_client.streams.StreamWriter` for ``scope/stream``:
+        events with routing keys, one exactly-once segment writer per segment (all with
+        ``writer_id``), following scale events. Needs the ``streams`` extra.
+
+        Example::
+
+            async with client.stream_writer("shop/orders") as w:
+                await w.write(b"e", routing_key="user-7")
+        """
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        return StreamWriter(
+            self,
+            stream,
+            writer_id,
+            block_size=block_size,
+            linger=linger,
+            max_buffered_bytes=max_buffered_bytes,
+        )
+
+    def reader_group(
+        self,
+        name: str,
+        streams: Iterable[str],
+        start: Literal["head", "tail"] | StreamCut | Iterable[StreamCut] = "head",
+        *,
+        reader_timeout: float = 30.0,
+        sync_interval: float = 0.5,
+    ) -> ReaderGroup:
+        """The reader group ``scope/group`` over ``streams`` (created on first use from
+        ``start``: the head, the tail or stream cuts; an existing group keeps its state).
+        Readers that do not sync for ``reader_timeout`` seconds lose their segments.
+
+        Example::
+
+            group = await client.reader_group("shop/billing", ["shop/orders"])
+            async for event in group.reader("reader-1"):
+                print(event.segment, event.offset, event.data)
+        """
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        return ReaderGroup(
+            self, name, streams, start, reader_timeout=reader_timeout, sync_interval=sync_interval
+        )
+
     def events(self, scope: str, *, partitions: int = 1) -> EventBus:
         """Request/reply with namespaced events over the segments of ``scope``: an
         emitter and a handler registry (see :mod:`segmentstore_client.eventbus`).
@@ -331,9 +391,11 @@ def connect(
     Use it as ``async with connect(...) as client`` or ``client = await connect(...)``;
     the first connection opens then. ``reconnect_timeout`` bounds how long writers,
     readers and idempotent requests keep reconnecting before they raise
-    :class:`ConnectionLost`. With auth on, ``credentials=("user", "password")`` (or a
-    static token) and ``controller="tcp://host:9090"`` fetch the delegation token;
-    ``tls://`` endpoints trust ``tls_ca_file`` (README "Security"). Example::
+    :class:`ConnectionLost`. ``controller`` is the controller's ``tcp://host:port`` (or
+    ``tls://``): streams go through it (default: the segment store's host, port 9090), and
+    with auth on ``credentials=("user", "password")`` (or a static token) fetch the
+    delegation token from it; ``tls://`` endpoints trust ``tls_ca_file`` (README
+    "Security"). Example::
 
         async with segmentstore_client.connect("tcp://127.0.0.1:12345") as client:
             print(await client.segment_info("orders/0"))
@@ -350,4 +412,4 @@ def connect(
             controller=controller,
             tls_ca_file=tls_ca_file,
         )
-    return Client(endpoint, options)
+    return Client(endpoint, options, controller)

@@ -37,6 +37,7 @@ from .formats import RecordFormat
 from .formats._sync import SyncFormattedReader, SyncFormattedWriter
 from .position import Position
 from .reader import ReadChunk
+from .streams.sync_streams import SyncStreamAdmin
 from .sync_loop import LoopThread
 from .sync_reader import SyncEventReader
 from .sync_writer import SyncAck, SyncEventWriter
@@ -156,7 +157,7 @@ class SyncTable:
         return self._lt.run(self._table.changes(since, limit=limit, timeout=timeout))
 
 
-class SyncClient:
+class SyncClient(SyncStreamAdmin):
     """A blocking client; make one with :func:`connect`. Safe to share across threads.
 
     Example::

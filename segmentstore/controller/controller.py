@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
 from ..auth.controller_auth import AuthInterceptor
 from ..storage import SegmentStore
@@ -24,7 +25,6 @@ from ..tables import TableStore
 from .autoscale import AutoScaler
 from .errors import ControllerError
 from .metadata import Metadata
-from .proto import controller_pb2_grpc as pb_grpc
 from .retention import Retention
 from .service import Service
 from .streams import Streams

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from segmentstore_client.controller_proto import controller_pb2
+from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
 from .model import (
     TXN_OPEN,
@@ -24,8 +26,6 @@ from .model import (
     TxnRecord,
     to_signed64,
 )
-from .proto import controller_pb2
-from .proto import controller_pb2_grpc as pb_grpc
 from .streams import BadRequest, Streams, now_ms
 from .transactions import Transactions, TxnNotFound
 

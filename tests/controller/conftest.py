@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
-
-from segmentstore.controller.proto import controller_pb2 as pb
-from segmentstore.controller.proto import controller_pb2_grpc as pb_grpc
+from segmentstore_client.controller_proto import controller_pb2 as pb
+from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from conftest import ServerFactory, ServerProcess  # tests/conftest.py

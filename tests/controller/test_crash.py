@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from segmentstore.controller.proto import controller_pb2 as pb
+from segmentstore_client.controller_proto import controller_pb2 as pb
 
 from .conftest import (
     Ctl,

@@ -7,8 +7,7 @@ from typing import Any
 
 import grpc
 import pytest
-
-from segmentstore.controller.proto import controller_pb2 as pb
+from segmentstore_client.controller_proto import controller_pb2 as pb
 
 from .conftest import Ctl, create_stream, stream_info
 

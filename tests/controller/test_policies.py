@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from segmentstore.controller.proto import controller_pb2 as pb
+from segmentstore_client.controller_proto import controller_pb2 as pb
 
 from .conftest import Ctl, check_events, finish_driver, run_driver, start_driver, stream_info
 

@@ -11,8 +11,7 @@ import grpc
 import pytest
 import segmentstore_client
 from segmentstore_client import SegmentInfo
-
-from segmentstore.controller.proto import controller_pb2 as pb
+from segmentstore_client.controller_proto import controller_pb2 as pb
 
 from .conftest import (
     Ctl,

@@ -9,10 +9,10 @@ from typing import Any
 
 import grpc
 import pytest
+from segmentstore_client.controller_proto import controller_pb2 as pb
 
 from segmentstore.controller.metadata import Metadata
 from segmentstore.controller.model import TXN_COMMITTING
-from segmentstore.controller.proto import controller_pb2 as pb
 from segmentstore.controller.streams import Streams
 from segmentstore.controller.transactions import Transactions
 from segmentstore.storage import SegmentStore, StoreConfig

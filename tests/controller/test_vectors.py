@@ -8,8 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from google.protobuf import message_factory
-
-from segmentstore.controller.proto import controller_pb2 as pb
+from segmentstore_client.controller_proto import controller_pb2 as pb
 
 # A copy of shared/protocol/vectors/official-client-controller.hex (see its README).
 FILE = Path(__file__).with_name("vectors") / "official-client-controller.hex"

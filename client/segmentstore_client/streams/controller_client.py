@@ -1,0 +1,170 @@
+"""A small asyncio client of the controller's gRPC interface (Pravega's ControllerService).
+
+Contract: one ``grpc.aio`` channel per :class:`ControllerClient`, opened on first use. Each
+method sends one RPC with the client's request timeout and returns plain Python values
+(ids, ranges, cuts), never protobuf messages. A status other than success raises the
+SDK error that names it (:class:`StreamError` and subclasses); an unreachable controller
+raises :class:`ConnectFailed`, a timed-out call :class:`Timeout`. ``grpcio`` is needed
+(the ``streams`` extra); without it the first call raises one clear error naming the extra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConnectFailed, SegmentStoreError, Timeout
+from .routing import KeyRange
+
+_EXTRA = "streams need grpcio and protobuf: pip install 'segmentstore[streams]'"
+
+
+class StreamError(SegmentStoreError):
+    """The controller refused a stream or scope operation; ``status`` names its reply."""
+
+    def __init__(self, message: str, status: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NoSuchStream(StreamError):
+    """The scope or stream does not exist."""
+
+
+class StreamExists(StreamError):
+    """The scope or stream exists already."""
+
+
+def _modules() -> tuple[Any, Any, Any]:
+    try:
+        import grpc
+
+        from ..controller_proto import controller_pb2, controller_pb2_grpc
+    except ImportError as e:
+        raise ImportError(f"{_EXTRA} ({e})") from None
+    return grpc, controller_pb2, controller_pb2_grpc
+
+
+def split_stream(name: str) -> tuple[str, str]:
+    """``"scope/stream"`` -> ``("scope", "stream")``; ValueError for anything else."""
+    scope, sep, stream = name.partition("/")
+    if not sep or not scope or not stream or "/" in stream:
+        raise ValueError(f"a stream is named 'scope/stream', not {name!r}")
+    return scope, stream
+
+
+def segment_name(scope: str, stream: str, segment_id: int) -> str:
+    """The segment store's name of a stream segment (Pravega's qualified name)."""
+    return f"{scope}/{stream}/{segment_id & 0xFFFFFFFF}.#epoch.{segment_id >> 32}"
+
+
+@dataclass(frozen=True, slots=True)
+class Successor:
+    """A segment created by a scale, with its key range and its predecessors' ids."""
+
+    range: KeyRange
+    predecessors: tuple[int, ...]
+
+
+class ControllerClient:
+    """Calls the controller at ``uri`` (``tcp://host:port``)."""
+
+    def __init__(self, uri: str, timeout: float = 30.0) -> None:
+        self.uri = uri
+        self.timeout = timeout
+        self._channel: Any = None
+        self._stub: Any = None
+        self.pb: Any = None
+        self._grpc: Any = None
+
+    def _ensure(self) -> Any:
+        if self._stub is None:
+            grpc, pb, pb_grpc = _modules()
+            target = self.uri.removeprefix("tcp://")
+            self._grpc, self.pb = grpc, pb
+            self._channel = grpc.aio.insecure_channel(target)
+            self._stub = pb_grpc.ControllerServiceStub(self._channel)
+        return self._stub
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
+
+    async def call(self, method: str, request: Any) -> Any:
+        stub = self._ensure()
+        try:
+            return await getattr(stub, method)(request, timeout=self.timeout)
+        except self._grpc.aio.AioRpcError as e:
+            code = e.code()
+            if code == self._grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise Timeout(f"controller {self.uri}: {method} timed out") from None
+            if code == self._grpc.StatusCode.UNAVAILABLE:
+                raise ConnectFailed(
+                    f"controller {self.uri} unreachable ({method}): {e.details()}"
+                ) from None
+            if code == self._grpc.StatusCode.NOT_FOUND:
+                raise NoSuchStream(f"{method}: {e.details()}", "NOT_FOUND") from None
+            raise StreamError(f"{method}: {code.name}: {e.details()}", code.name) from None
+
+    def messages(self) -> Any:
+        """The generated protobuf message module (importing grpc on first use)."""
+        self._ensure()
+        return self.pb
+
+    def info(self, scope: str, stream: str) -> Any:
+        self._ensure()
+        return self.pb.StreamInfo(scope=scope, stream=stream)
+
+    @staticmethod
+    def check(reply: Any, what: str, ok: tuple[str, ...] = ("SUCCESS",)) -> str:
+        """The name of ``reply.status``; raises unless it is one of ``ok``."""
+        field = reply.DESCRIPTOR.fields_by_name["status"]
+        name = str(field.enum_type.values_by_number[reply.status].name)
+        if name in ok:
+            return name
+        if name.endswith("NOT_FOUND"):
+            raise NoSuchStream(f"{what}: {name}", name)
+        if name.endswith("EXISTS"):
+            raise StreamExists(f"{what}: {name}", name)
+        raise StreamError(f"{what}: {name}", name)
+
+    # -- segments
+
+    @staticmethod
+    def ranges(reply: Any) -> list[KeyRange]:
+        return [KeyRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in reply.segmentRanges]
+
+    async def current_segments(self, scope: str, stream: str) -> list[KeyRange]:
+        """The active segments; empty when the stream is sealed."""
+        return self.ranges(await self.call("getCurrentSegments", self.info(scope, stream)))
+
+    async def epoch_segments(self, scope: str, stream: str, epoch: int) -> list[KeyRange]:
+        req = self.pb.GetEpochSegmentsRequest(streamInfo=self.info(scope, stream), epoch=epoch)
+        return self.ranges(await self.call("getEpochSegments", req))
+
+    async def successors(self, scope: str, stream: str, segment: int) -> list[Successor]:
+        req = self.pb.SegmentId(streamInfo=self.info(scope, stream), segmentId=segment)
+        reply = await self.call("getSegmentsImmediatelyFollowing", req)
+        return [
+            Successor(
+                KeyRange(e.segment.segmentId.segmentId, e.segment.minKey, e.segment.maxKey),
+                tuple(e.value),
+            )
+            for e in reply.segments
+        ]
+
+    async def segments_at(self, scope: str, stream: str, timestamp: int) -> dict[int, int]:
+        """The stream cut at ``timestamp`` ms (0: the head): segment id -> offset."""
+        req = self.pb.GetSegmentsRequest(streamInfo=self.info(scope, stream), timestamp=timestamp)
+        reply = await self.call("getSegments", req)
+        return {loc.segmentId.segmentId: loc.offset for loc in reply.segments}
+
+    async def segments_between(
+        self, scope: str, stream: str, start: dict[int, int], end: dict[int, int]
+    ) -> list[int]:
+        req = self.pb.StreamCutRange(streamInfo=self.info(scope, stream))
+        getattr(req, "from").update(start)
+        req.to.update(end)
+        reply = await self.call("getSegmentsBetween", req)
+        return [s.segmentId for s in reply.segments]
