@@ -206,9 +206,8 @@ def test_blocking_client_with_credentials(secure: Secure) -> None:
 def test_controller_rpcs_are_authorized_per_resource(secure: Secure) -> None:
     import grpc
     from segmentstore_client.auth import authorization_header
-
-    from segmentstore.controller.proto import controller_pb2 as pb
-    from segmentstore.controller.proto import controller_pb2_grpc as pb_grpc
+    from segmentstore_client.controller_proto import controller_pb2 as pb
+    from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
     root = Path(secure.pki.ca_pem).read_bytes()
     target = secure.controller.removeprefix("tls://")
