@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -170,17 +171,23 @@ class Peer:
         what: str = "condition",
         turns: int = 20_000,
         read: bool = True,
+        seconds: float = 30.0,
     ) -> None:
-        """Read replies (unless ``read`` is False) and yield to the loop until ``cond()``;
-        fail after ``turns`` turns (the store's commits and chunk reads run on threads, so
-        their results come after some turns)."""
-        for _ in range(turns):
+        """Read replies (unless ``read`` is False) and yield to the loop until ``cond()``.
+        The store's commits and chunk reads run on threads, so their results come after
+        some turns: the first ``turns`` yield without sleeping (millisecond tests), then
+        1 ms sleeps let a slow disk's fsync finish; fail after ``seconds`` in all."""
+        deadline = time.monotonic() + seconds
+        turn = 0
+        while True:
             if read:
                 self.read()
             if cond():
                 return
-            await asyncio.sleep(0)
-        raise AssertionError(f"{what} did not happen; got {self.received[-5:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} did not happen; got {self.received[-5:]}")
+            turn += 1
+            await asyncio.sleep(0 if turn < turns else 0.001)
 
     @property
     def closed(self) -> bool:
