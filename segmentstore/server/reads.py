@@ -1,18 +1,27 @@
 """ReadSegment for one connection (reference section 8), within the connection's output
 budget.
 
-A read is answered from memory without a task when the read cache has the bytes. A read
-that needs the chunk files, or waits at the tail of an open segment, gets a task; before
-it touches the disk it reserves its size in the connection's output (``reserve_output``:
-one read always may go, more only while the queued output has room) and takes a slot of
-the store-wide ``disk_reads`` semaphore, so reads served from chunk files are covered by
-the same backpressure as replies. A read returns at most ``read_cap`` bytes, which shrinks
-when many connections share the store-wide output budget (returning less than asked is
-legal: the client asks again from the new offset).
+A read is answered from memory without a task when the read cache has the bytes
+(``store.try_read``). Any other read (one that needs the chunk files, or waits at or past
+the tail of an open segment) is ONE call in a task: ``store.read(..., wait=tail timeout,
+disk_guard=...)``, which owns the waiting and the disk. Before it touches the disk, storage
+enters ``disk_guard``: the read reserves its size in the connection's output
+(``reserve_output``: one read always may go, more only while the queued output has room)
+and takes a slot of the store-wide ``disk_reads`` semaphore, so reads served from chunk
+files are covered by the same backpressure as replies. A read returns at most ``read_cap``
+bytes, which shrinks when many connections share the store-wide output budget (returning
+less than asked is legal: the client asks again from the new offset).
+
+Replies of the task (reference 8.1): the result as SegmentRead, except an empty
+end-of-segment result, which can only mean the segment was sealed at the read's offset after
+``read_now`` looked (it parked, or was about to): SegmentIsSealed, as Java answers a parked
+read that a seal cancels.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from segmentstore_client.protocol import (
@@ -23,7 +32,7 @@ from segmentstore_client.protocol import (
     segment_read_parts,
 )
 
-from ..storage import InvalidOffset, ReadResult, SegmentNotFound, StorageError
+from ..storage import InvalidOffset, ReadResult, StorageError
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -47,17 +56,10 @@ class Reads:
         conn = self.conn
         try:
             result = self.store.try_read(command.segment, command.offset, self.size(command))
-        except InvalidOffset as e:
-            # Past the end: a future read if the segment can still grow (reference 8.1).
-            try:
-                sealed = self.store.info(command.segment).sealed
-            except StorageError as gone:
-                conn.fail(command, gone)
-                return
-            if sealed:
-                conn.fail(command, e)
-            else:
-                conn.spawn(command, self.read_segment(command))
+        except InvalidOffset:
+            # Past the end: a future read if the segment can still grow (reference 8.1);
+            # storage decides, in the task.
+            conn.spawn(command, self.read_segment(command))
             return
         except StorageError as e:
             conn.fail(command, e)
@@ -80,36 +82,30 @@ class Reads:
     async def read_segment(self, command: ReadSegment) -> None:
         """A read that needs the disk, or waits at (or past) the tail of an open segment."""
         conn = self.conn
-        segment, offset, rid = command.segment, command.offset, command.request_id
-        store = self.store
         try:
-            info = store.info(segment)
-            if offset >= info.length and not info.sealed:
-                await store.wait_for_data(segment, offset, conn.ctx.tail_read_timeout)
-                try:
-                    info = store.info(segment)
-                except SegmentNotFound:
-                    # Deleted while the read was parked: an empty tail read, as Java does.
-                    conn.reply(SegmentRead(segment, offset, True, False, b"", rid))
-                    return
-                if offset >= info.length:
-                    if info.sealed and offset == info.length:
-                        conn.reply(SegmentIsSealed(rid, segment, "", offset))
-                    elif info.sealed:
-                        conn.fail(
-                            command, InvalidOffset(segment, f"read at {offset} beyond the end")
-                        )
-                    else:  # nothing arrived in time: an empty read at the tail
-                        conn.reply(SegmentRead(segment, offset, True, False, b"", rid))
-                    return
-            size = self.size(command)
-            await conn.reserve_output(size)
-            try:
-                async with conn.server.disk_reads:
-                    result = await store.read(segment, offset, size)
-            finally:
-                conn.release_output(size)
+            result = await self.store.read(
+                command.segment,
+                command.offset,
+                self.size(command),
+                wait=conn.ctx.tail_read_timeout,
+                disk_guard=self.disk_slot,
+            )
         except StorageError as e:
             conn.fail(command, e)
             return
-        self.send_read(command, result)
+        if result.end_of_segment and not result.data:
+            conn.reply(SegmentIsSealed(command.request_id, command.segment, "", command.offset))
+        else:
+            self.send_read(command, result)
+
+    @contextlib.asynccontextmanager
+    async def disk_slot(self, size: int) -> AsyncIterator[None]:
+        """Around a chunk-file read of up to ``size`` bytes: room in this connection's
+        output, then one of the store-wide disk-read slots."""
+        conn = self.conn
+        await conn.reserve_output(size)
+        try:
+            async with conn.server.disk_reads:
+                yield
+        finally:
+            conn.release_output(size)

@@ -23,15 +23,24 @@ How :class:`~segmentstore.storage.SegmentStore` (store.py) implements the calls:
   arrives through that future, never raised. ``writer_id`` without ``event_number`` appends
   without deduplication. Payloads of 16 KiB or more are kept by reference until written
   (pass ``bytes`` you will not mutate; a ``bytearray``/``memoryview`` is copied).
-* ``async read(name, offset, max_length)`` returns at once (no suspension) when the bytes are
-  in the read cache and reads chunk files in a worker thread otherwise. ``try_read(...)`` is
-  the synchronous fast path: the same result when served from memory, ``None`` when a chunk
-  file is needed (then call ``read``); both raise SegmentNotFound / SegmentTruncated /
-  InvalidOffset directly (InvalidOffset when ``offset`` > committed length: to wait for
-  data there, call ``wait_for_data`` first). A read served from chunk files may return
+* ``async read(name, offset, max_length, *, wait=None, disk_guard=None)`` owns one whole
+  read. It returns at once (no suspension, guard not called) when the bytes are in the read
+  cache, and reads chunk files in a worker thread otherwise, entering ``disk_guard(n)`` (an
+  async context manager; ``n`` = the most bytes the result can carry) exactly once around
+  that: the server takes the connection's output reservation and a store-wide disk slot
+  there. Without ``wait`` an offset past the committed length raises InvalidOffset. With
+  ``wait`` (seconds, a tail read) a read at or past the committed end of an open segment
+  parks until data lands after ``offset`` and returns it; it returns an empty ``at_tail``
+  result when ``wait`` runs out, the segment is deleted or the store closes, an empty
+  ``end_of_segment`` result when the segment is sealed exactly at ``offset``, and raises
+  InvalidOffset when it is sealed below ``offset`` (as it does at once for a sealed segment).
+  ``try_read(...)`` is the synchronous fast path: the same result when served from memory,
+  ``None`` when a chunk file is needed (then call ``read``). Both raise SegmentNotFound /
+  SegmentTruncated / SegmentDamaged directly. A read served from chunk files may return
   fewer bytes than asked (at most 8 MiB) but never none unless it is at the end;
   ``at_tail`` / ``end_of_segment`` are set whenever the returned data ends at the committed
-  length of an unsealed / sealed segment.
+  length of an unsealed / sealed segment. ``wait_for_data(name, offset, timeout)`` only
+  parks (for callers that read later, e.g. the relay).
 * ``merge`` seals the source (its own log record: a crash between the two leaves the source
   sealed and unmerged; merging again completes it) and then copies the source's readable
   bytes into ONE log record that appends them to the target and deletes the source, so the
@@ -51,6 +60,8 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -80,6 +91,10 @@ SEGMENT_TYPE_FIXED_KEY_TABLE = 0x04 | 0x01
 SEGMENT_TYPE_TRANSIENT = 0x80
 
 FsyncMode = Literal["always", "interval", "never"]
+
+DiskGuard = Callable[[int], AbstractAsyncContextManager[object]]
+"""What ``SegmentStore.read`` enters around a chunk-file read, given the most bytes the
+result can carry (the server: output reservation + a store-wide disk-read slot)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,9 @@
 # * The storage writer (``_flush``) copies committed data from the read cache into chunk
 #   files off the loop; the checkpointer snapshots metadata at a durable sequence number S,
 #   flushes and fsyncs the chunk files, writes the checkpoint, and only then deletes log
-#   files holding nothing after S and chunk files made garbage by records up to S.from __future__ import annotations
+#   files holding nothing after S and chunk files made garbage by records up to S.
+# * Reads (cache, chunk files, parked tail reads) are container_reads.py's job.
+from __future__ import annotations
 
 import asyncio
 import contextlib
@@ -37,32 +39,27 @@ from .api import (
     BadAttributeUpdate,
     BadOffset,
     InvalidOffset,
-    ReadResult,
     SegmentDamaged,
     SegmentExists,
     SegmentInfo,
     SegmentNotFound,
     SegmentSealed,
-    SegmentTruncated,
     StorageError,
     StorageUnavailable,
     StoreOverloaded,
 )
-from .chunk_sums import ChunkDamaged
-from .commit import CommitLoop
+from .container_reads import ContainerReads
 from .container_state import (
     _APPEND_HEAD_PACK,
     _CRC_PACK,
     _EC,
     _I64_MAX,
     _I64_MIN,
-    _MAX_DISK_READ,
     _NULL,
     _U32_MAX,
     _WRITEV_MIN,
     _crc,
     _crc_extend,
-    _set_result,
 )
 from .metadata import SegmentMeta
 from .operations import (
@@ -81,7 +78,7 @@ from .wal import FaultHook
 log = logging.getLogger("segmentstore.storage")
 
 
-class SegmentContainer(CommitLoop):
+class SegmentContainer(ContainerReads):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> float:
@@ -179,12 +176,6 @@ class SegmentContainer(CommitLoop):
         self._chunks.fault = hook
 
     # ------------------------------------------------------------------ lookups
-
-    def _committed(self, name: str) -> SegmentMeta:
-        seg = self._segments.get(name)
-        if seg is None or not seg.created or seg.deleted:
-            raise SegmentNotFound(name)
-        return seg
 
     def _pending(self, name: str) -> SegmentMeta:
         if self._closing:
@@ -468,87 +459,6 @@ class SegmentContainer(CommitLoop):
         fut: asyncio.Future[int] = self._loop.create_future()
         self._enqueue(Merge(t, s, offset, data, delta, fut=fut))
         return await fut
-
-    # ------------------------------------------------------------------ reads
-
-    def try_read(self, name: str, offset: int, max_length: int) -> ReadResult | None:
-        """The read served from memory, or None when it needs a chunk file."""
-        seg = self._committed(name)
-        if seg.damaged is not None:
-            raise SegmentDamaged(name, seg.damaged)
-        if offset < seg.start_offset:
-            raise SegmentTruncated(name, seg.start_offset, offset)
-        length = seg.length
-        if offset > length:
-            raise InvalidOffset(name, f"read at {offset} beyond length {length}")
-        end = min(length, offset + max(0, max_length))
-        if end == offset:
-            at_end = offset == length
-            return ReadResult(offset, b"", at_end and not seg.sealed, at_end and seg.sealed)
-        cache = seg.cache
-        if cache is None or offset < cache.start:
-            return None
-        self._cache.touch(seg)
-        at_end = end == length
-        return ReadResult(
-            offset, cache.read(offset, end), at_end and not seg.sealed, at_end and seg.sealed
-        )
-
-    async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
-        hit = self.try_read(name, offset, max_length)
-        if hit is not None:
-            return hit
-        seg = self._committed(name)
-        cache = seg.cache
-        end = min(seg.length, offset + max_length)
-        # Everything below the cache's start is in chunk files (read_cache.py's invariant).
-        disk_end = min(end, cache.start if cache is not None else seg.length)
-        disk_end = min(disk_end, offset + _MAX_DISK_READ)
-        try:
-            data: bytes = await self._loop.run_in_executor(
-                self._io_exec, self._chunks.read, seg.id, offset, disk_end
-            )
-        except ChunkDamaged as exc:
-            # A truncate or delete that ran meanwhile removes files legitimately.
-            seg2 = self._committed(name)
-            if offset < seg2.start_offset:
-                raise SegmentTruncated(name, seg2.start_offset, offset) from None
-            seg.damaged = f"{exc} (in {exc.path.parent})"
-            log.error("%s: segment %r is damaged: %s; its reads fail", self.label, name, exc)
-            raise SegmentDamaged(name, seg.damaged) from None
-        except OSError as exc:
-            log.error(
-                "%s: reading %s at %d from chunk files failed: %s", self.label, name, offset, exc
-            )
-            raise StorageUnavailable(name, f"reading chunk files failed: {exc}") from exc
-        stop = offset + len(data)
-        cache = seg.cache
-        if stop == disk_end < end and cache is not None and cache.start <= stop:
-            data = data + cache.read(stop, end)
-            stop = end
-        at_end = stop == seg.length
-        return ReadResult(offset, data, at_end and not seg.sealed, at_end and seg.sealed)
-
-    async def wait_for_data(self, name: str, offset: int, timeout: float) -> None:
-        seg = self._committed(name)
-        if seg.length > offset or seg.sealed or timeout <= 0 or self._closing:
-            return
-        fut: asyncio.Future[None] = self._loop.create_future()
-        entry = (offset, fut)
-        if seg.waiters is None:
-            seg.waiters = [entry]
-        else:
-            seg.waiters.append(entry)
-        handle = self._loop.call_later(timeout, _set_result, fut)
-        try:
-            await fut
-        finally:
-            handle.cancel()
-            waiters = seg.waiters
-            if waiters is not None and entry in waiters:
-                waiters.remove(entry)
-                if not waiters:
-                    seg.waiters = None
 
     # ------------------------------------------------------------------ stats
 

@@ -4,7 +4,8 @@
 # Contract. ``ContainerState.__init__`` creates every field the stages use and nothing reads
 # disk here. Fields are touched only on the event loop; worker threads get copies or objects
 # they own for the duration of a call (the log writer, chunk store). The classes stack:
-# ContainerState <- StorageWriter <- CommitLoop <- SegmentContainer, each adding one job.
+# ContainerState <- StorageWriter <- CommitLoop <- ContainerReads <- SegmentContainer, each
+# adding one job.
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +18,7 @@ from . import records as R
 from .api import (
     EVENT_COUNT,
     NULL_ATTRIBUTE_VALUE,
+    SegmentNotFound,
     StoreConfig,
 )
 from .chunks import ChunkId, ChunkStore
@@ -123,6 +125,12 @@ class ContainerState:
         }
         self._tasks: list[asyncio.Task[None]] = []
         self._spare_job: asyncio.Future[None] | None = None
+
+    def _committed(self, name: str) -> SegmentMeta:
+        seg = self._segments.get(name)
+        if seg is None or not seg.created or seg.deleted:
+            raise SegmentNotFound(name)
+        return seg
 
     def _kick(self) -> None:
         wake = self._wake

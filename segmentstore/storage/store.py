@@ -26,6 +26,7 @@ from segmentstore_client.protocol.names import encode_name
 from .api import (
     AppendResult,
     AttributeUpdate,
+    DiskGuard,
     ReadResult,
     SegmentInfo,
     StorageError,
@@ -203,8 +204,18 @@ class SegmentStore:
         """``read`` if it can be served from memory right now, else None (never blocks)."""
         return self._route(name).try_read(name, offset, max_length)
 
-    async def read(self, name: str, offset: int, max_length: int) -> ReadResult:
-        return await self._route(name).read(name, offset, max_length)
+    async def read(
+        self,
+        name: str,
+        offset: int,
+        max_length: int,
+        *,
+        wait: float | None = None,
+        disk_guard: DiskGuard | None = None,
+    ) -> ReadResult:
+        """One whole read: from memory, from chunk files inside ``disk_guard``, or (with
+        ``wait``) parked at the tail of an open segment; api.py states the outcomes."""
+        return await self._route(name).read(name, offset, max_length, wait, disk_guard)
 
     async def wait_for_data(self, name: str, offset: int, timeout: float) -> None:
         await self._route(name).wait_for_data(name, offset, timeout)
