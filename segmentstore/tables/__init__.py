@@ -15,11 +15,10 @@ from .errors import (
     TableOperationUnsupported,
 )
 from .index import NOT_EXISTS
+from .scans import MAX_FIXED_KEY_LENGTH, DeltaRead
 from .table_store import (
-    MAX_FIXED_KEY_LENGTH,
     NO_OFFSET,
     NO_VERSION,
-    DeltaRead,
     TableCorrupted,
     TableInfo,
     TableStore,

@@ -21,6 +21,9 @@
 #   at its head are written again at the tail (new versions) and the head is truncated; the
 #   segment's start offset is the compaction point of delta reads (shouldClear).
 # * Everything runs on the event loop that opened the SegmentStore.
+# Pages of keys/entries are paging.py's job, scans of the segment (index rebuild, delta
+# reads) scans.py's, compaction compaction.py's; this module holds the tables, the writes
+# and the lookups.
 from __future__ import annotations
 
 import asyncio
@@ -41,12 +44,12 @@ from ..storage import (
     SegmentDamaged,
     SegmentInfo,
     SegmentNotFound,
-    SegmentSealed,
     SegmentStore,
     SegmentTruncated,
     StorageUnavailable,
-    core_attribute,
 )
+from . import paging
+from .compaction import Compactor
 from .errors import (
     IllegalTableArgument,
     NotATableSegment,
@@ -61,13 +64,16 @@ from .index import NOT_EXISTS, Batch, Entry, TableState
 from .records import (
     HEAD_SIZE,
     MAX_KEY_LENGTH,
-    MAX_RECORD_SIZE,
     MAX_VALUE_LENGTH,
-    UPDATE,
-    CorruptRecord,
     encode_batch,
-    fold_records,
-    parse_record,
+)
+from .scans import (
+    KEY_LENGTH_ATTRIBUTE,
+    MAX_FIXED_KEY_LENGTH,
+    DeltaRead,
+    load_table,
+    read_delta,
+    read_exact,
 )
 
 log = logging.getLogger("segmentstore.tables")
@@ -78,16 +84,9 @@ NO_VERSION: Final = -(2**63)
 """Key condition "unconditional" (Long.MIN_VALUE)."""
 NO_OFFSET: Final = -1
 """tableSegmentOffset meaning "no condition on the table segment's length"."""
-MAX_FIXED_KEY_LENGTH: Final = 256
-KEY_LENGTH_ATTRIBUTE: Final = core_attribute(12)
 DEFAULT_INLINE_VALUE_BYTES: Final = 1024
 DEFAULT_COMPACTION_MIN_BYTES: Final = 1024 * 1024
 DEFAULT_COMPACTION_CHUNK_BYTES: Final = 4 * 1024 * 1024
-# A reply stops growing once its keys and values take this much (Java: ~2 MiB).
-MAX_REPLY_BYTES: Final = 2 * 1024 * 1024
-# Bytes read from a table segment at a time by scans (recovery, delta reads).
-READ_WINDOW: Final = 8 * 1024 * 1024
-TOKEN_VERSION: Final = 1
 CLOSE_WAIT_SECONDS: Final = 10.0
 
 
@@ -101,22 +100,6 @@ class TableInfo:
     length: int
     entry_count: int
     key_length: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeltaRead:
-    entries: list[tuple[bytes, bytes, int]]  # (key, value, version)
-    should_clear: bool
-    reached_end: bool
-    last_position: int
-
-
-def _wire_key_size(key: bytes) -> int:
-    return 16 + len(key)
-
-
-def _wire_value_size(length: int) -> int:
-    return 8 + length
 
 
 class TableStore:
@@ -136,12 +119,12 @@ class TableStore:
         ``compaction_chunk_bytes`` of its head at a time."""
         self._store = store
         self._inline = inline_value_bytes
-        self._compaction_min = compaction_min_bytes
-        self._compaction_chunk = compaction_chunk_bytes
-        self._background: set[asyncio.Task[None]] = set()
         self._tables: dict[str, TableState] = {}
         self._loading: dict[str, asyncio.Future[TableState]] = {}
         self._broken: dict[str, str] = {}
+        self._compactor = Compactor(
+            store, self._submit, compaction_min_bytes, compaction_chunk_bytes, self._broken
+        )
         self._closed = False
         self.recovery_seconds = 0.0
 
@@ -179,12 +162,13 @@ class TableStore:
     async def close(self) -> None:
         """Refuse new requests, wait (bounded) for writes in flight and compactions; the
         SegmentStore stays open (close it afterwards)."""
-        self._closed = True
+        self._closed = self._compactor.closed = True
         await self.wait_idle()
-        for task in list(self._background):
+        background = list(self._compactor.tasks)
+        for task in background:
             task.cancel()
-        if self._background:
-            await asyncio.wait(list(self._background), timeout=CLOSE_WAIT_SECONDS)
+        if background:
+            await asyncio.wait(background, timeout=CLOSE_WAIT_SECONDS)
         self._tables.clear()
 
     async def wait_idle(self, timeout: float = CLOSE_WAIT_SECONDS) -> None:
@@ -195,7 +179,7 @@ class TableStore:
             waits: list[asyncio.Future[Any]] = [
                 b.future for t in self._tables.values() for b in t.inflight
             ]
-            waits.extend(self._background)
+            waits.extend(self._compactor.tasks)
             if not waits:
                 return
             await asyncio.wait(waits, timeout=deadline - loop.time())
@@ -375,11 +359,8 @@ class TableStore:
                 return
             if engine_length != t.length:
                 self._mark_broken(t, f"segment length {engine_length}, table end {t.length}")
-        elif error is None and not t.compacting and self._needs_compaction(t):
-            t.compacting = True
-            task = asyncio.get_running_loop().create_task(self._compact(t))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+        elif error is None:
+            self._compactor.start(t)
 
     # ------------------------------------------------------------------ reads
 
@@ -407,7 +388,7 @@ class TableStore:
     ) -> tuple[list[tuple[bytes, int]], bytes]:
         """One page of ``(key, version)`` and the token for the next (empty page = end)."""
         t = await self._table(name)
-        page, next_token = self._page(t, limit, token, from_key, to_key, False)
+        page, next_token = paging.page(t, limit, token, from_key, to_key, False)
         return [(key, entry[0]) for key, entry in page], next_token
 
     async def read_entries(
@@ -420,63 +401,13 @@ class TableStore:
     ) -> tuple[list[tuple[bytes, bytes, int]], bytes]:
         """One page of ``(key, value, version)`` and the token for the next (empty = end)."""
         t = await self._table(name)
-        page, next_token = self._page(t, limit, token, from_key, to_key, True)
+        page, next_token = paging.page(t, limit, token, from_key, to_key, True)
         out: list[tuple[bytes, bytes, int]] = []
         for key, entry in page:
             resolved = await self._resolve(t, key, entry)
             if resolved is not None:
                 out.append((key, resolved[1], resolved[0]))
         return out, next_token
-
-    def _page(
-        self,
-        t: TableState,
-        limit: int,
-        token: Buffer,
-        from_key: Buffer,
-        to_key: Buffer,
-        with_values: bool,
-    ) -> tuple[list[tuple[bytes, Entry]], bytes]:
-        name = t.name
-        if t.key_length:
-            low = self._range_key(t, from_key, "fromKey")
-            high = self._range_key(t, to_key, "toKey")
-        elif len(from_key) or len(to_key):
-            raise IllegalTableArgument(name, "key ranges need a fixed-key-length table")
-        else:
-            low = high = None
-        after: bytes | None = None
-        if len(token):
-            tok = bytes(token)
-            if tok[0] != TOKEN_VERSION or not 1 <= len(tok) - 1 <= MAX_KEY_LENGTH:
-                raise IllegalTableArgument(name, "not a continuation token of this server")
-            after = tok[1:]
-        page: list[tuple[bytes, Entry]] = []
-        if limit <= 0:
-            return page, b""
-        index = t.index
-        size = 0
-        for key in t.sorted_keys().irange(after, low, high):
-            if len(page) >= limit or size >= MAX_REPLY_BYTES:
-                break
-            entry = index[key]
-            page.append((key, entry))
-            size += _wire_key_size(key)
-            if with_values:
-                stored = entry[1]
-                size += _wire_value_size(stored if isinstance(stored, int) else len(stored))
-        if not page:
-            return page, b""
-        return page, bytes((TOKEN_VERSION,)) + page[-1][0]
-
-    def _range_key(self, t: TableState, key: Buffer, what: str) -> bytes | None:
-        if not len(key):
-            return None
-        if len(key) != t.key_length:
-            raise IllegalTableArgument(
-                t.name, f"{what} has {len(key)} bytes, the table's keys have {t.key_length}"
-            )
-        return bytes(key)
 
     async def read_delta(self, name: str, from_position: int, limit: int) -> DeltaRead:
         """Changes recorded at or after ``from_position``, newest update per key (10.4).
@@ -489,130 +420,10 @@ class TableStore:
             raise TableOperationUnsupported(name, "readTableEntriesDelta")
         for _ in range(3):  # a compaction may truncate the segment under the scan: restart
             try:
-                return await self._delta(name, from_position, limit)
+                return await read_delta(self._store, name, from_position, limit)
             except SegmentTruncated:
                 continue
-        return await self._delta(name, from_position, limit)
-
-    async def _delta(self, name: str, from_position: int, limit: int) -> DeltaRead:
-        seg = self._store.info(name)
-        length = seg.length
-        if not 0 <= from_position <= length:
-            raise IllegalTableArgument(
-                name, f"fromPosition {from_position} outside 0..{length} (the segment length)"
-            )
-        should_clear = from_position < seg.start_offset
-        pos = max(from_position, seg.start_offset)
-        result: dict[bytes, tuple[bytes, int]] = {}
-        size = 0
-        last = -1
-        full = False
-        while pos < length and not full:  # each round consumes >= 1 record or stops
-            data = memoryview(await self._read(name, pos, min(READ_WINDOW, length - pos)))
-            p = 0
-            while p < len(data):  # each round consumes one record or stops
-                if len(result) >= limit or size >= MAX_REPLY_BYTES:
-                    full = True
-                    break
-                try:
-                    rec = parse_record(data, p, pos)
-                except CorruptRecord as e:
-                    raise IllegalTableArgument(name, str(e)) from None
-                if rec is None:
-                    break
-                key = rec.key
-                old = result.get(key)
-                if old is not None:
-                    size -= _wire_key_size(key) + _wire_value_size(len(old[0]))
-                if rec.kind == UPDATE:
-                    # An updated key keeps its place in the reply (Java's LinkedHashMap).
-                    value = bytes(data[rec.value_start : rec.value_start + rec.value_len])
-                    result[key] = (value, pos + p)
-                    size += _wire_key_size(key) + _wire_value_size(len(value))
-                elif old is not None:
-                    del result[key]
-                p = rec.end
-                last = pos + p
-            if p == 0 and not full:
-                raise IllegalTableArgument(name, f"no whole table record at {pos}")
-            pos += p
-        if last < 0:
-            return DeltaRead([], False, True, 0)
-        entries = [(key, value, version) for key, (value, version) in result.items()]
-        return DeltaRead(entries, should_clear, last >= length, last)
-
-    # ------------------------------------------------------------------ compaction
-
-    def _needs_compaction(self, t: TableState) -> bool:
-        span = t.length - t.start_offset
-        return (
-            not self._closed
-            and not t.deleted
-            and not t.failed
-            and t.name not in self._broken
-            and span >= self._compaction_min
-            and t.live_bytes * 2 < span
-        )
-
-    async def _compact(self, t: TableState) -> None:
-        """Compact ``t`` until less than half of its segment is garbage (Java's scheme).
-
-        One round takes the head of the segment (``compaction_chunk_bytes``), writes every
-        live entry found there again at the tail (so its version changes, as in Java), waits
-        until that and every write accepted before it is durable, then truncates the segment
-        at the end of the head. Records below the truncation point are then all superseded.
-        """
-        try:
-            for _ in range(100_000):  # bounded: each round removes a non-empty head
-                if not self._needs_compaction(t) or not await self._compact_head(t):
-                    return
-        except asyncio.CancelledError:
-            raise
-        except (SegmentNotFound, SegmentSealed) as e:
-            log.info("table %s: compaction stopped: %s", t.name, e)
-        except Exception:
-            log.exception("table %s: compaction failed", t.name)
-        finally:
-            t.compacting = False
-
-    async def _compact_head(self, t: TableState) -> bool:
-        name = t.name
-        start = t.start_offset = self._store.info(name).start_offset
-        window = min(t.length - start, max(self._compaction_chunk, MAX_RECORD_SIZE))
-        data = memoryview(await self._read(name, start, window))
-        live: list[tuple[bytes, int, int, int]] = []  # key, version, value start, value length
-        p = 0
-        while p < self._compaction_chunk:  # each round consumes one record or stops
-            rec = parse_record(data, p, start)
-            if rec is None:
-                break
-            if rec.kind == UPDATE:
-                live.append((rec.key, start + p, rec.value_start, rec.value_len))
-            p = rec.end
-        if p == 0 or t.start_offset != start or not self._needs_compaction(t):
-            return False
-        # No await from here to the append: the entries chosen are exactly those whose
-        # latest (pending) record is in the head.
-        failures = t.failures
-        moved = [
-            (key, bytes(data[vs : vs + vl]))
-            for key, version, vs, vl in live
-            if t.pending_version(key) == version
-        ]
-        waits: list[asyncio.Future[Any]] = [b.future for b in t.inflight]
-        if moved:
-            fut, _ = self._submit(t, list(moved))
-            waits.append(fut)
-        if waits:
-            await asyncio.wait(waits)
-        if t.failures != failures or t.deleted or t.start_offset != start:
-            return False  # a write failed: the head may still hold the only copy of a key
-        await self._store.truncate(name, start + p)
-        t.start_offset = start + p
-        log.debug(
-            "table %s: compacted [%d, %d), moved %d entries", name, start, start + p, len(moved)
-        )
-        return True
+        return await read_delta(self._store, name, from_position, limit)
 
     # ------------------------------------------------------------------ internals
 
@@ -678,54 +489,10 @@ class TableStore:
         return t
 
     async def _load(self, info: SegmentInfo) -> TableState:
-        """Rebuild a table's index from its segment's records."""
-        name = info.name
-        key_length = 0
-        if info.segment_type & SEGMENT_TYPE_FIXED_KEY_TABLE == SEGMENT_TYPE_FIXED_KEY_TABLE:
-            key_length = info.attributes.get(KEY_LENGTH_ATTRIBUTE, 0)
-            if not 0 < key_length <= MAX_FIXED_KEY_LENGTH:
-                log.error(
-                    "table %s: bad fixed key length %d; serving it as a hash table",
-                    name,
-                    key_length,
-                )
-                key_length = 0
-        t = TableState(name, key_length, self._inline)
-        pos = info.start_offset
-        end = info.length
-        while pos < end:  # each round consumes >= 1 record or stops
-            data = await self._read(name, pos, min(READ_WINDOW, end - pos))
-            try:
-                used = fold_records(data, pos, t.index, self._inline)
-            except CorruptRecord as e:
-                self._broken[name] = str(e)
-                log.error("table %s: %s; indexed up to there, the table is read-only", name, e)
-                pos = e.offset
-                break
-            if used == 0:
-                self._broken[name] = f"torn record at {pos}"
-                log.error("table %s: torn record at %d; the table is read-only", name, pos)
-                break
-            pos += used
-        t.length = t.p_length = pos
-        t.start_offset = info.start_offset
-        t.count_live_bytes()
+        t, broken = await load_table(self._store, info, self._inline)
+        if broken is not None:
+            self._broken[info.name] = broken
         return t
-
-    async def _read(self, name: str, offset: int, length: int) -> bytes:
-        """Exactly ``length`` committed bytes of ``name`` from ``offset``."""
-        parts: list[bytes | memoryview] = []
-        got = 0
-        while got < length:  # each round returns >= 1 byte or raises
-            r = await self._store.read(name, offset + got, length - got)
-            n = len(r.data)
-            if n == 0:
-                raise StorageUnavailable(name, f"no data at offset {offset + got}")
-            parts.append(r.data)
-            got += n
-        if len(parts) == 1 and type(parts[0]) is bytes:
-            return parts[0]
-        return b"".join(parts)
 
     async def _resolve(self, t: TableState, key: bytes, entry: Entry) -> tuple[int, bytes] | None:
         """``(version, value)`` of an index entry, reading the value if it is not in memory;
@@ -735,7 +502,9 @@ class TableStore:
             if isinstance(stored, bytes):
                 return version, stored
             try:
-                return version, await self._read(t.name, version + HEAD_SIZE + len(key), stored)
+                return version, await read_exact(
+                    self._store, t.name, version + HEAD_SIZE + len(key), stored
+                )
             except SegmentTruncated:
                 current = t.index.get(key)
                 if current is None:
