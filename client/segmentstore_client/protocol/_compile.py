@@ -1,7 +1,7 @@
 """Compile a command's wire spec into specialised encode/decode functions.
 
 Every command declares its payload as a space-separated list of field kinds, in wire
-order, matching its dataclass fields one to one (see ``commands.py``). This module turns
+order, matching its dataclass fields one to one (see ``commands_base.py``). This module turns
 that spec into straight-line Python: runs of fixed-size fields become one precompiled
 ``struct.Struct`` call, and the frame header is packed together with the first run. The
 result is as fast as hand-written code with a single source of truth per command.
