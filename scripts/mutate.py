@@ -78,6 +78,22 @@ TARGETS = [
         LIVE_RESEND_TESTS,
     ),
     Target(
+        "segmentstore/server/reads.py",
+        ("Reads.size", "Reads.read_now", "Reads.send_read", "Reads.read_segment", "Reads.disk_slot"),
+        tuple(FAST_SERVER_TESTS),
+        LIVE_RESEND_TESTS,
+    ),
+    Target(
+        "segmentstore/storage/container_reads.py",
+        (
+            "ContainerReads.try_read",
+            "ContainerReads.read",
+            "ContainerReads._read_chunks",
+            "ContainerReads._wait",
+        ),
+        ("tests/storage/test_reads.py",),
+    ),
+    Target(
         "segmentstore/server/budget.py",
         ("Budget.charge", "Budget.wait", "Budget.over", "Budget.fair_share"),
         tuple(FAST_SERVER_TESTS),
