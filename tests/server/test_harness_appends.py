@@ -1,0 +1,55 @@
+"""More of the append path through the in-memory harness (``harness.py``): what the
+mutation check (``scripts/mutate.py``) found unguarded in ``server/appends.py``."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from segmentstore_client.protocol import (
+    InvalidEventNumber,
+    build_blocks,
+    encode,
+    frame_event,
+)
+
+from .harness import harness
+from .test_harness import acks, append, create, setup
+
+
+async def test_java_style_blocks_are_stored(tmp_path: Path) -> None:
+    """Guards Appends.precheck's pass-through of commands without an event number
+    (AppendBlock, PartialEvent, Padding): the Java client's block shapes are stored whole."""
+    async with harness(tmp_path) as h:
+        peer = h.connect()
+        await create(peer, "s")
+        w = uuid.uuid4()
+        await setup(peer, "s", w)
+        records = [frame_event(b"event-%d" % n * 7) for n in range(1, 9)]
+        commands = build_blocks(w, records, 1, 300, block_size=100)
+        peer.send_raw(b"".join(encode(c) for c in commands))
+        await peer.until(lambda: bool(acks(peer)) and acks(peer)[-1].event_number == 8, "acks")
+        stored = h.server.ctx.store.try_read("s", 0, 1 << 20)
+        assert stored is not None and bytes(stored.data) == b"".join(records)
+
+
+async def test_resends_below_the_setup_number_are_acknowledged(tmp_path: Path) -> None:
+    """Guards ``state.last_stored <= state.setup`` in Appends.precheck: right after
+    SetupAppend, blocks whose numbers are below the one AppendSetup returned are resends
+    (acknowledged without storing, reference 7.6), not a number going backwards."""
+    async with harness(tmp_path) as h:
+        first = h.connect()
+        await create(first, "s")
+        w = uuid.uuid4()
+        await setup(first, "s", w)
+        first.send_raw(b"".join(append(w, n, 100) for n in (1, 2, 3)))
+        await first.until(lambda: len(acks(first)) == 3, "3 acks")
+        length = h.server.ctx.store.info("s").length
+        second = h.connect()
+        assert await setup(second, "s", w) == 3
+        second.send_raw(b"".join(append(w, n, 100) for n in (1, 2, 3, 4)))
+        await second.until(lambda: len(acks(second)) == 4, "4 acks")
+        assert [a.event_number for a in acks(second)] == [1, 2, 3, 4]
+        assert not any(isinstance(c, InvalidEventNumber) for c in second.received)
+        assert not second.closed
+        assert h.server.ctx.store.info("s").length == length + length // 3
