@@ -33,7 +33,12 @@ PACKAGES = {
     "segmentstore": ROOT / "segmentstore",
     "segmentstore_client": ROOT / "client" / "segmentstore_client",
 }
-FAST_SERVER_TESTS = ["tests/server/test_harness.py", "tests/server/test_append_session.py"]
+FAST_SERVER_TESTS = [
+    "tests/server/test_harness.py",
+    "tests/server/test_harness_reads.py",
+    "tests/server/test_harness_appends.py",
+    "tests/server/test_append_session.py",
+]
 LIVE_RESEND_TESTS = "not resend_of and not repeat_on"  # those start a real server
 
 
