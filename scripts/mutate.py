@@ -84,7 +84,13 @@ TARGETS = [
     ),
     Target(
         "segmentstore/server/reads.py",
-        ("Reads.size", "Reads.read_now", "Reads.send_read", "Reads.read_segment", "Reads.disk_slot"),
+        (
+            "Reads.size",
+            "Reads.read_now",
+            "Reads.send_read",
+            "Reads.read_segment",
+            "Reads.disk_slot",
+        ),
         tuple(FAST_SERVER_TESTS),
         LIVE_RESEND_TESTS,
     ),
