@@ -37,6 +37,7 @@ FAST_SERVER_TESTS = [
     "tests/server/test_harness.py",
     "tests/server/test_harness_reads.py",
     "tests/server/test_harness_appends.py",
+    "tests/server/test_harness_close.py",
     "tests/server/test_append_session.py",
 ]
 LIVE_RESEND_TESTS = "not resend_of and not repeat_on"  # those start a real server
