@@ -90,6 +90,9 @@ async def test_a_parked_read_times_out_empty_at_tail(store: SegmentStore) -> Non
     t0 = loop.time()
     assert await store.read(NAME, 3, 100, wait=0.05) == ReadResult(3, b"", True, False)
     assert 0.04 <= loop.time() - t0 < 1
+    # A read that timed out leaves nothing parked behind (an idle segment polled by tail
+    # reads must not collect one waiter per read).
+    assert store._route(NAME)._segments[NAME].waiters is None
     # Past the end too; wait=0 answers at once; without wait, past the end is an error.
     assert await store.read(NAME, 7, 100, wait=0.05) == ReadResult(7, b"", True, False)
     assert await store.read(NAME, 7, 100, wait=0) == ReadResult(7, b"", True, False)
