@@ -99,10 +99,9 @@ def host_port(endpoint: str) -> tuple[str, int]:
     return e.host, e.port
 
 
-async def raw_write(endpoint: str, segment: str, payloads: list[bytes]) -> float:
-    """Pre-framed blocks, pipelined within the byte bound; returns seconds to last ack."""
-    writer_id = uuid.uuid4()
-    frames: list[tuple[bytes, int, int]] = []  # frame, last event number, record bytes
+def frame_blocks(writer_id: uuid.UUID, payloads: list[bytes]) -> list[tuple[bytes, int, int]]:
+    """The events as block frames of about BLOCK bytes: (frame, last event number, bytes)."""
+    frames: list[tuple[bytes, int, int]] = []
     i, n, number = 0, len(payloads), 0
     while i < n:
         size, j = 0, i
@@ -113,6 +112,14 @@ async def raw_write(endpoint: str, segment: str, payloads: list[bytes]) -> float
         number += j - i
         frames.append((encode(block_end(writer_id, records, j - i, number, 1)), number, size))
         i = j
+    return frames
+
+
+async def raw_write(endpoint: str, segment: str, payloads: list[bytes]) -> float:
+    """Pre-framed blocks, pipelined within the byte bound; returns seconds to last ack."""
+    writer_id = uuid.uuid4()
+    frames = frame_blocks(writer_id, payloads)
+    number = frames[-1][1] if frames else 0
     host, port = host_port(endpoint)
     reader, writer = await asyncio.open_connection(host, port)
     decoder = FrameDecoder()

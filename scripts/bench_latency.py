@@ -12,12 +12,14 @@ ack time after the server's append latency is the client and the loopback.
 
     .venv/bin/python scripts/bench_latency.py                      # 2000 events, 100 B
     .venv/bin/python scripts/bench_latency.py --interval-ms 1 --events 1000
+    .venv/bin/python scripts/bench_latency.py --active 100 --events 1000   # 99 more segments
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import tempfile
 import time
@@ -26,8 +28,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import segmentstore_client as sc  # noqa: E402
+from bench_peers import background_load  # noqa: E402
 
 from segmentstore.server.launcher import ServerProcess  # noqa: E402
 from segmentstore.storage.stages import STAGE_NAMES  # noqa: E402
@@ -58,10 +62,11 @@ def bucket_quantile(m: dict[str, float], family: str, label: str, q: float) -> f
 
 
 async def write_lone_events(
-    endpoint: str, n: int, size: int, interval: float
+    endpoint: str, n: int, size: int, interval: float, active: int = 1
 ) -> tuple[list[float], list[float]]:
     """(write() -> ack, write() -> tail reader woken) of n events; the reader is a follow
-    reader on its own connection in this process."""
+    reader on its own connection in this process. ``active`` > 1: that many segments in
+    all, the others taking one event each every 10 ms (as bench_peers.py does)."""
     acks: list[float] = []
     started_at: list[float] = []
     woken_at: list[float] = []
@@ -77,7 +82,11 @@ async def write_lone_events(
                     return
 
         tailing = asyncio.ensure_future(tail())
-        async with client.writer(name) as w:
+        async with contextlib.AsyncExitStack() as stack:
+            if active > 1:
+                stack.enter_context(background_load(client, name, active - 1))
+                await asyncio.sleep(1)  # the background writers are set up
+            w = await stack.enter_async_context(client.writer(name))
             await w.start()
             for _ in range(n):
                 started_at.append(time.perf_counter())
@@ -104,6 +113,7 @@ def main() -> None:
     p.add_argument("--events", type=int, default=2000)
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--interval-ms", type=float, default=0.0)
+    p.add_argument("--active", type=int, default=1, help="segments taking events (see above)")
     p.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as data_dir:
@@ -111,13 +121,18 @@ def main() -> None:
         proc.start()
         try:
             acks, wake = asyncio.run(
-                write_lone_events(proc.endpoint, args.events, args.size, args.interval_ms / 1000)
+                write_lone_events(
+                    proc.endpoint, args.events, args.size, args.interval_ms / 1000, args.active
+                )
             )
             m = scrape(proc.http_port)
         finally:
             proc.stop()
     us = 1e6
-    print(f"fsync={args.fsync}, {args.events} events of {args.size} B one at a time")
+    print(
+        f"fsync={args.fsync}, {args.events} events of {args.size} B one at a time, "
+        f"{args.active} segment(s) active"
+    )
     print(line("SDK write() -> ack", acks))
     print(line("write() -> tail reader", wake))
     fam = "segmentstore_append_latency_seconds"

@@ -127,6 +127,8 @@ class Connection(asyncio.Protocol):
         self._room = asyncio.Event()
         self._backlog: deque[Command] = deque()
         self._flush_pending = False
+        self._flush_handle: asyncio.Handle | None = None
+        self._early = server.early_flush
         self._tasks: set[asyncio.Task[None]] = set()
         self._paused_writes = False
         self._paused_input = False
@@ -266,15 +268,25 @@ class Connection(asyncio.Protocol):
         self.server.output_budget.charge(n)
         if not self._flush_pending:
             self._flush_pending = True
-            self.loop.call_soon(self._flush)
+            self._flush_handle = self.loop.call_soon(self._flush)
+            self._early.add(self)
 
     def reply(self, reply: Reply) -> None:
         if isinstance(reply, ErrorReply):
             self.metrics.errors[type(reply).__name__] += 1
         self.send(encode_reply(reply))
 
+    def flush_now(self) -> None:
+        """Flush before this turn's own flush would run (``early_flush.py``)."""
+        if self._flush_pending:
+            assert self._flush_handle is not None
+            self._flush_handle.cancel()
+            self._flush()
+
     def _flush(self) -> None:
         self._flush_pending = False
+        self._flush_handle = None
+        self._early.discard(self)
         out, self._out = self._out, []
         self._out_bytes = 0
         if out and not self.closed and self.transport is not None:

@@ -30,6 +30,7 @@ from ..tables import TableStore
 from .budget import Budget
 from .connection import Connection
 from .context import HandlerTable, ServerContext
+from .early_flush import EarlyFlush
 from .listing import LISTING_HANDLERS
 from .metrics import Metrics
 from .resources import (
@@ -72,6 +73,7 @@ class Server:
         self._sweeper: asyncio.Task[None] | None = None
         self.handlers: HandlerTable = {**SEGMENT_HANDLERS, **TABLE_HANDLERS, **LISTING_HANDLERS}
         self.connections: set[Connection] = set()
+        self.early_flush = EarlyFlush(loop)
         self.address: tuple[str, int] = (config.host, config.port)
         self.metrics_port: int | None = None
         self._listener: asyncio.Server | None = None
@@ -129,6 +131,13 @@ class Server:
         metrics.store_stats = store.stats
         ctx = ServerContext(store, tables, metrics, tail_read_timeout=config.tail_read_timeout_s)
         server = cls(config, ctx, max_connections=cap)
+        early = server.early_flush
+
+        def committed(records: int, fsync_seconds: float) -> None:
+            metrics.on_commit(records, fsync_seconds)
+            early.committed()
+
+        store.on_commit = committed  # acks leave one loop turn sooner (early_flush.py)
         try:
             server._security()
             await server._listen()

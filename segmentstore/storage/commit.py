@@ -56,8 +56,8 @@ class CommitLoop(StorageWriter):
                 self._buf = bytearray()
                 self._batch_first_seq = self._next_seq
                 if parts:
-                    write = loop.run_in_executor(
-                        self._log_exec, timed_write, self._wal.write_batch, parts, first, perf()
+                    write = self._log_thread.run(
+                        timed_write, self._wal.write_batch, parts, first, perf()
                     )
                 taken = (ops, self._next_seq - 1)
             if durable is not None:
@@ -282,6 +282,6 @@ class CommitLoop(StorageWriter):
         while True:
             await asyncio.sleep(interval)
             try:
-                await self._loop.run_in_executor(self._log_exec, self._wal.sync)
+                await self._log_thread.run(self._wal.sync)
             except OSError as exc:
                 log.error("%s: periodic log fsync failed: %s", self.label, exc)

@@ -89,7 +89,7 @@ class SegmentContainer(ContainerReads):
                 self._io_exec, recover, self.dir, self._chunks, self.label, self.config.fsync
             )
         except BaseException:
-            self._log_exec.shutdown()
+            self._log_thread.shutdown()
             self._io_exec.shutdown()
             raise
         self._segments = rec.segments
@@ -98,9 +98,7 @@ class SegmentContainer(ContainerReads):
         self._next_segment_id = rec.next_segment_id
         self._pending_deletes = rec.pending_deletes
         self._dirty_chunks = rec.dirty_chunks
-        await self._loop.run_in_executor(
-            self._log_exec, self._wal.start, rec.next_log_index, rec.prev_valid_len
-        )
+        await self._log_thread.run(self._wal.start, rec.next_log_index, rec.prev_valid_len)
         if self._wal.spare_wanted:
             # The first log file should already be preallocated (see WalWriter.prepare_spare).
             try:
@@ -155,7 +153,7 @@ class SegmentContainer(ContainerReads):
         try:
             await self._checkpoint()
         finally:
-            await self._loop.run_in_executor(self._log_exec, self._wal.close)
+            await self._log_thread.run(self._wal.close)
             w = self._wal
             log.debug(
                 "%s: log files zero-filled %d, recycled %d, created empty %d, deleted %d",
@@ -165,7 +163,7 @@ class SegmentContainer(ContainerReads):
                 w.files_created,
                 w.files_deleted,
             )
-            self._log_exec.shutdown()
+            self._log_thread.shutdown()
             self._io_exec.shutdown()
             self._closed = True
             for seg in self._segments.values():

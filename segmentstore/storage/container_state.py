@@ -23,6 +23,7 @@ from .api import (
 )
 from .chunks import ChunkId, ChunkStore
 from .crc import crc32c, crc32c_extend
+from .log_thread import LogThread
 from .metadata import SegmentMeta
 from .operations import Queued
 from .pending import PendingBytes
@@ -71,7 +72,7 @@ class ContainerState:
         self.config = config
         self.label = f"container {index}"
         self._loop = asyncio.get_running_loop()
-        self._log_exec = ThreadPoolExecutor(1, thread_name_prefix=f"ss-log-{index}")
+        self._log_thread = LogThread(self._loop, f"ss-log-{index}")
         self._io_exec = ThreadPoolExecutor(2, thread_name_prefix=f"ss-io-{index}")
         self._wal = WalWriter(
             directory / "log", config.fsync, config.fsync_interval_s, config.log_file_bytes

@@ -4,8 +4,9 @@
 # commit loop adds one sample per stage per batch, from the event loop only, with no lock.
 # Stages, in order, for one batch (seconds):
 #   handoff_in   submitted to the log thread -> the log thread starts on it
-#   log_write    the write() syscalls of the batch
-#   fdatasync    the fdatasync (0 when the fsync mode does not sync this batch)
+#   log_write    the write() syscalls of the batch (~0 in fsync mode "always", see below)
+#   fdatasync    the fdatasync (0 when the fsync mode does not sync this batch); in mode
+#                "always" the write and the sync are one pwritev(RWF_DSYNC), counted here
 #   handoff_out  the log thread returns -> the commit loop runs again (a GIL / loop wait)
 #   apply        making the batch visible and completing its futures
 # The server exposes them in /metrics as segmentstore_commit_stage_seconds{stage=...}; the

@@ -133,9 +133,7 @@ class StorageWriter(ContainerState):
             deletes = [d for d in self._pending_deletes if d[0] <= seq]
             self._pending_deletes = [d for d in self._pending_deletes if d[0] > seq]
             try:
-                removed = await self._loop.run_in_executor(
-                    self._log_exec, self._wal.delete_files_before, log_index
-                )
+                removed = await self._log_thread.run(self._wal.delete_files_before, log_index)
                 await self._loop.run_in_executor(self._io_exec, self._delete_chunks, deletes)
             except OSError as exc:
                 # Harmless leftovers: recovery skips old log files and deletes stray chunks.
