@@ -3,6 +3,9 @@ stream cuts, JSON round trips, the auto-scaling decision and the retention choic
 
 from __future__ import annotations
 
+import json
+from dataclasses import fields
+
 import pytest
 
 from segmentstore.config import ConfigError, load_config
@@ -62,8 +65,14 @@ def test_successors_predecessors_and_cuts() -> None:
     assert rec.before_cut(0, {a: 0, b: 0, 1: 0}) and not rec.before_cut(1, {a: 0, b: 0, 1: 0})
     assert rec.after_cut(c, {a: 0, b: 0, 1: 0}) and not rec.after_cut(a, {a: 0, b: 0, 1: 0})
     assert rec.epoch_at(15).epoch == 1 and rec.epoch_at(0).epoch == 0
+    rec.head = {a: 3, b: 0, 1: 7}
+    rec.cuts = [RetentionCut(5, 10, {0: 1, 1: 2})]
+    rec.pending = {"op": "seal", "segments": [a]}
+    rec.config = StreamConfig(2, 100, 3, 2, 2, 1000, 5000, ["t1"])
     again = StreamRecord.from_json(rec.to_json())
-    assert again.to_json() == rec.to_json() and again.successors(1) == {c: [b, 1]}
+    assert again == rec and again.successors(1) == {c: [b, 1]}
+    # Every field of every record is written (to_json is built by hand, not by asdict).
+    assert json.loads(rec.to_json()).keys() == {f.name for f in fields(StreamRecord)}
 
 
 def test_autoscale_decision() -> None:
