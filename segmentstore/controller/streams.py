@@ -120,6 +120,8 @@ class Streams:
             raise BadRequest(f"unknown retention policy type {cfg.retention_type}")
         if cfg.retention_type and cfg.retention_param < 0:
             raise BadRequest("retentionParam must not be negative")
+        if cfg.retention_type and 0 < cfg.retention_max < cfg.retention_param:
+            raise BadRequest("retentionMax must not be below retentionParam")
 
     async def create_stream(self, scope: str, stream: str, cfg: StreamConfig) -> str:
         if not valid_name(stream):
@@ -156,10 +158,31 @@ class Streams:
                 return "STREAM_NOT_FOUND"
             if rec.state != "active":
                 return "STREAM_SEALED"
+            if rec.pending is not None:  # a scale, seal or truncation is finishing
+                return "FAILURE"
             new = StreamRecord.from_json(rec.to_json())
             new.config = cfg
-            await self.md.put_stream(new)
+            count = self.resized(new)
+            if count is None:
+                await self.md.put_stream(new)
+            else:
+                # The new config and the scale to it go in one record, so a crash cannot
+                # leave a config that disagrees with the segments (recover() finishes it).
+                log.info(
+                    "update of %s: %d segment(s) -> %d", rec.key, len(rec.current.segments), count
+                )
+                await self.scale_locked(new, list(new.current.segments), even_ranges(count))
         return "SUCCESS"
+
+    @staticmethod
+    def resized(rec: StreamRecord) -> int | None:
+        """The segment count an updated config asks for, when it differs from the current
+        one: as Pravega, a fixed policy means exactly ``minNumSegments``, a by-rate policy at
+        least that many (auto-scaling handles the rest)."""
+        have, want = len(rec.current.segments), rec.config.min_segments
+        if have == want or (rec.config.scale_type and have > want):
+            return None
+        return want
 
     async def seal_stream(self, scope: str, stream: str) -> str:
         if scope not in self.md.scopes:
@@ -301,7 +324,8 @@ class Streams:
                 if rec.before_cut(sid, cut):
                     await self._delete(rec.seg_name(sid))
             rec.head = cut
-            rec.cuts = [c for c in rec.cuts if not any(rec.before_cut(s, c.cut) for s in cut)]
+            # Cuts at or after the new head stay (retention may truncate there later).
+            rec.cuts = [c for c in rec.cuts if rec.cut_not_before_head(c.cut)]
         elif kind == "delete":
             prefix = f"{rec.scope}/{rec.stream}/"
             txn_segments = [

@@ -23,7 +23,7 @@ from segmentstore.controller.model import (
     txn_suffix,
     valid_name,
 )
-from segmentstore.controller.retention import choose_cut
+from segmentstore.controller.retention import NO_MAX, choose_cut, cut_due
 
 
 def _stream(n: int, cfg: StreamConfig | None = None, t: int = 0) -> StreamRecord:
@@ -105,6 +105,22 @@ def test_retention_choice() -> None:
     assert choose_cut(rec, now=2000, total=300) is None
     rec.config.retention_type = 0
     assert choose_cut(rec, now=10**9, total=10**9) is None
+
+
+def test_retention_cut_due_tightens_with_a_maximum() -> None:
+    rec = _stream(1, StreamConfig(retention_type=2, retention_param=100, retention_max=NO_MAX))
+    assert cut_due(rec, now=0, total=0, interval_ms=60_000)  # no cut yet
+    rec.cuts = [RetentionCut(1000, 500, {0: 500})]
+    assert not cut_due(rec, now=2000, total=10**9, interval_ms=60_000)  # no max: by interval
+    assert cut_due(rec, now=61_000, total=500, interval_ms=60_000)
+    rec.config.retention_max = 300  # SIZE: a cut once more than (300 - 100) / 2 is written
+    assert not cut_due(rec, now=2000, total=600, interval_ms=60_000)
+    assert cut_due(rec, now=2000, total=601, interval_ms=60_000)
+    rec.config.retention_type, rec.config.retention_param, rec.config.retention_max = 1, 1000, 3000
+    assert not cut_due(rec, now=1999, total=500, interval_ms=60_000)  # TIME: every 1000 ms
+    assert cut_due(rec, now=2000, total=500, interval_ms=60_000)
+    rec.config.retention_max = 0  # 0: no maximum (the SDK's default)
+    assert not cut_due(rec, now=50_000, total=10**9, interval_ms=60_000)
 
 
 def test_controller_settings() -> None:
