@@ -19,6 +19,7 @@ import grpc
 from segmentstore_client.controller_proto import controller_pb2
 from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
+from ..auth.controller_auth import caller_visibility
 from .model import (
     TXN_OPEN,
     StreamConfig,
@@ -148,15 +149,22 @@ class Service(pb_grpc.ControllerServiceServicer):
 
     @_counted
     async def listScopes(self, request: Any, context: Ctx) -> Any:
-        names, token = self.streams.list_scopes(request.continuationToken.token)
+        view = caller_visibility()  # auth on: only what the caller has grants on
+        names, token = self.streams.list_scopes(
+            request.continuationToken.token, None if view is None else view.scope
+        )
         return pb.ScopesResponse(scopes=names, continuationToken=pb.ContinuationToken(token=token))
 
     @_counted
     async def listStreamsInScope(self, request: Any, context: Ctx) -> Any:
         scope = request.scope.scope
-        if scope not in self.streams.md.scopes:
+        view = caller_visibility()
+        if scope not in self.streams.md.scopes or (view is not None and not view.scope(scope)):
+            # A scope the caller may not see is answered as missing, as listScopes hides it.
             return pb.StreamsInScopeResponse(status="SCOPE_NOT_FOUND")
-        names, token = self.streams.list_streams(scope, request.continuationToken.token)
+        names, token = self.streams.list_streams(
+            scope, request.continuationToken.token, None if view is None else view.stream
+        )
         return pb.StreamsInScopeResponse(
             streams=[pb.StreamInfo(scope=scope, stream=n) for n in names],
             continuationToken=pb.ContinuationToken(token=token),

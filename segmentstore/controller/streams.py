@@ -97,13 +97,20 @@ class Streams:
         await self.md.remove_scope(scope)
         return "SUCCESS"
 
-    def list_scopes(self, token: str) -> tuple[list[str], str]:
-        names = sorted(s for s in self.md.scopes if s > token)[:LIST_PAGE]
-        return names, names[-1] if names else token
+    def list_scopes(
+        self, token: str, visible: Callable[[str], bool] | None = None
+    ) -> tuple[list[str], str]:
+        """A page of scope names after ``token``; only ``visible`` ones (auth on)."""
+        names = sorted(s for s in self.md.scopes if s > token)
+        page = [n for n in names if visible is None or visible(n)][:LIST_PAGE]
+        return page, page[-1] if page else token
 
-    def list_streams(self, scope: str, token: str) -> tuple[list[str], str]:
+    def list_streams(
+        self, scope: str, token: str, visible: Callable[[str, str], bool] | None = None
+    ) -> tuple[list[str], str]:
         names = sorted(r.stream for r in self.md.streams.values() if r.scope == scope)
-        page = [n for n in names if n > token][:LIST_PAGE]
+        page = [n for n in names if n > token and (visible is None or visible(scope, n))]
+        page = page[:LIST_PAGE]
         return page, page[-1] if page else token
 
     # ------------------------------------------------------------------ streams
