@@ -127,8 +127,10 @@ class Streams:
             raise BadRequest(f"unknown retention policy type {cfg.retention_type}")
         if cfg.retention_type and cfg.retention_param < 0:
             raise BadRequest("retentionParam must not be negative")
-        if cfg.retention_type and 0 < cfg.retention_max < cfg.retention_param:
-            raise BadRequest("retentionMax must not be below retentionParam")
+        if cfg.retention_type and (
+            cfg.retention_max < 0 or 0 < cfg.retention_max < cfg.retention_param
+        ):
+            raise BadRequest("retentionMax must be 0 (none) or at least retentionParam")
 
     async def create_stream(self, scope: str, stream: str, cfg: StreamConfig) -> str:
         if not valid_name(stream):

@@ -89,10 +89,12 @@ def test_retention_max_below_min_is_refused(ctl: Ctl) -> None:
             retentionType=pb.RetentionPolicy.SIZE, retentionParam=100, retentionMax=50
         ),
     )
-    with pytest.raises(grpc.RpcError) as e:
-        stub.createStream(cfg)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert not stub.checkStreamExists(stream_info("m", "s")).exists
+    for bad_max in (50, -1):
+        cfg.retentionPolicy.retentionMax = bad_max
+        with pytest.raises(grpc.RpcError) as e:
+            stub.createStream(cfg)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert not stub.checkStreamExists(stream_info("m", "s")).exists
 
 
 # Retention cuts every 30 s only: within the test, only retentionMax makes cuts happen.
