@@ -24,33 +24,46 @@ __all__ = ["FILTERED", "UNCHECKED", "WRITES", "Visibility", "required", "scope_v
 
 R, RU = Permission.READ, Permission.READ_UPDATE
 UNCHECKED: Final = frozenset({"getControllerServerList", "getDelegationToken"})
-FILTERED: Final = frozenset({"listScopes", "listStreamsInScope"})
+FILTERED: Final = frozenset({"listScopes", "listStreamsInScope", "listKeyValueTablesInScope"})
 WRITES: Final = frozenset(
     {
         "createScope", "deleteScope", "createStream", "updateStream", "truncateStream",
         "sealStream", "deleteStream", "scale", "createTransaction", "commitTransaction",
-        "abortTransaction", "pingTransaction",
+        "abortTransaction", "pingTransaction", "createReaderGroup", "updateReaderGroup",
+        "deleteReaderGroup", "createKeyValueTable", "deleteKeyValueTable",
     }
 )  # fmt: skip
+# Created in a scope: checked on the scope, as createStream.
+_CREATE_IN_SCOPE: Final = frozenset({"createStream", "createReaderGroup", "createKeyValueTable"})
 
 
 def _target(request: Any) -> tuple[str, str]:
+    """(scope, resource below the scope or "")."""
     info = getattr(request, "streamInfo", None)
     if info is not None:
-        return str(info.scope), str(info.stream)
+        return str(info.scope), f"stream:{info.stream}" if info.stream else ""
     scope = getattr(request, "scope", "")
     if not isinstance(scope, str):  # StreamsInScopeRequest.scope is a ScopeInfo
         scope = scope.scope
-    return str(scope), str(getattr(request, "stream", ""))
+    for field, kind in (
+        ("stream", "stream"),
+        ("readerGroupName", "reader-group"),  # ReaderGroupConfiguration
+        ("readerGroup", "reader-group"),  # ReaderGroupInfo
+        ("kvtName", "key-value-table"),
+    ):
+        name = getattr(request, field, "")
+        if name:
+            return str(scope), f"{kind}:{name}"
+    return str(scope), ""
 
 
 def required(method: str, request: Any) -> tuple[str, Permission] | None:
     if method in UNCHECKED or method in FILTERED:
         return None
     needed = RU if method in WRITES else R
-    scope, stream = _target(request)
-    if stream and method != "createStream":
-        return f"prn::/scope:{scope}/stream:{stream}", needed
+    scope, below = _target(request)
+    if below and method not in _CREATE_IN_SCOPE:
+        return f"prn::/scope:{scope}/{below}", needed
     return f"prn::/scope:{scope}", needed
 
 

@@ -92,8 +92,10 @@ class Streams:
     async def delete_scope(self, scope: str) -> str:
         if scope not in self.md.scopes:
             return "SCOPE_NOT_FOUND"
-        if any(r.scope == scope for r in self.md.streams.values()):
-            return "SCOPE_NOT_EMPTY"
+        if any(r.scope == scope for r in self.md.streams.values()) or any(
+            t["scope"] == scope for t in self.md.objects["kvt"].values()
+        ):
+            return "SCOPE_NOT_EMPTY"  # streams (reader groups have one each) or tables
         await self.md.remove_scope(scope)
         return "SUCCESS"
 
@@ -108,7 +110,11 @@ class Streams:
     def list_streams(
         self, scope: str, token: str, visible: Callable[[str, str], bool] | None = None
     ) -> tuple[list[str], str]:
-        names = sorted(r.stream for r in self.md.streams.values() if r.scope == scope)
+        names = sorted(  # internal streams (``_RG<group>``) are not listed, as in Pravega
+            r.stream
+            for r in self.md.streams.values()
+            if r.scope == scope and not r.stream.startswith("_")
+        )
         page = [n for n in names if n > token and (visible is None or visible(scope, n))]
         page = page[:LIST_PAGE]
         return page, page[-1] if page else token
@@ -132,8 +138,11 @@ class Streams:
         ):
             raise BadRequest("retentionMax must be 0 (none) or at least retentionParam")
 
-    async def create_stream(self, scope: str, stream: str, cfg: StreamConfig) -> str:
-        if not valid_name(stream):
+    async def create_stream(
+        self, scope: str, stream: str, cfg: StreamConfig, internal: bool = False
+    ) -> str:
+        """``internal``: a name of the controller's own (``_RG<group>``), not checked."""
+        if not internal and not valid_name(stream):
             return "INVALID_STREAM_NAME"
         if scope not in self.md.scopes:
             return "SCOPE_NOT_FOUND"

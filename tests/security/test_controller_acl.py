@@ -39,6 +39,14 @@ def test_scope_visibility_rule() -> None:
     assert required("createStream", config) == ("prn::/scope:s", RU)  # the scope, as Pravega
     assert required("updateStream", config) == ("prn::/scope:s/stream:t", RU)
     assert required("listScopes", pb.ScopesRequest()) is None  # filtered, not refused
+    group = pb.ReaderGroupConfiguration(scope="s", readerGroupName="g")
+    assert required("createReaderGroup", group) == ("prn::/scope:s", RU)
+    assert required("updateReaderGroup", group) == ("prn::/scope:s/reader-group:g", RU)
+    info = pb.ReaderGroupInfo(scope="s", readerGroup="g")
+    assert required("getReaderGroupConfig", info) == ("prn::/scope:s/reader-group:g", R)
+    table = pb.KeyValueTableInfo(scope="s", kvtName="t")
+    assert required("deleteKeyValueTable", table) == ("prn::/scope:s/key-value-table:t", RU)
+    assert required("getCurrentSegmentsKeyValueTable", table)[1] == R  # type: ignore[index]
 
 
 @pytest.fixture(scope="module")
