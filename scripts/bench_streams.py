@@ -12,8 +12,17 @@ Starts ``segmentstore serve`` with its controller on ephemeral ports, then measu
                       routing, no event framing); the baseline for the ratio
 * sdk-segment         this project's SDK writing the same events to a plain segment with
                       its pipelined writer (the store's own ceiling for comparison)
+* stream/8 wide       stream/8 again with ``--wide-inflight`` events in flight (default
+                      8,000): the same server, only the client's in-flight cap differs
 * createStream        1,000 ``create_stream`` calls of the official client (1 segment
                       each), one at a time: p50 / p99 / max latency
+
+Where the time goes (``--explain``, on by default): the server's own counters around each
+case, from ``/metrics``: append blocks received, events per block, the server's mean time
+from receiving a block to sending its DataAppended, the mean fdatasync, and the mean time
+between two blocks of one segment writer (the official writer keeps ONE block in flight per
+segment and sends the next when the ack arrives, so that cycle bounds its rate). "server
+share" is the server's part of that cycle; the rest is the network and the client.
 
 Each rate is the best of ``--repeat`` interleaved rounds (default 3; the machine is shared).
 Every figure names the fsync mode. Usage::
@@ -27,20 +36,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "client"))
+sys.path.insert(0, str(ROOT))
 
 import segmentstore_client as sc  # noqa: E402
 
-READY = re.compile(r"listening on ([0-9.]+):(\d+).*controller on (tcp://[0-9.]+:\d+)")
+from segmentstore.server.launcher import ServerProcess  # noqa: E402
+
+CONTROLLER = re.compile(r"controller on (tcp://[0-9.]+:\d+)")
 
 # Runs in a child process: the official client's blocking calls hold the GIL.
 CHILD = r"""
@@ -106,6 +120,52 @@ async def segment_path(endpoint: str, name: str, events: int, size: int) -> floa
             return time.perf_counter() - t0
 
 
+# The server's counters read around each case (``--explain``).
+_SAMPLES = {
+    "blocks": "segmentstore_appends_total",
+    "events": "segmentstore_events_total",
+    "ack_sum": "segmentstore_append_latency_seconds_sum",
+    "ack_count": "segmentstore_append_latency_seconds_count",
+    "fsync_sum": 'segmentstore_commit_stage_seconds_sum{stage="fdatasync"}',
+    "commits": 'segmentstore_commit_stage_seconds_count{stage="fdatasync"}',
+}
+
+
+def scrape(server: ServerProcess) -> dict[str, float]:
+    url = f"http://127.0.0.1:{server.http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    stat = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    values = {"cpu": (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")}
+    for line in lines:
+        if not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return {k: values.get(v, 0.0) for k, v in {**_SAMPLES, "cpu": "cpu"}.items()}
+
+
+@dataclass
+class Case:
+    rate: float = 0.0
+    seconds: float = 0.0
+    delta: dict[str, float] = field(default_factory=dict)
+
+    def explain(self, segments: int, events: int) -> str:
+        d = self.delta
+        blocks = d.get("blocks", 0.0)
+        if not blocks:
+            return ""
+        ack = d["ack_sum"] / max(d["ack_count"], 1.0)
+        fsync = d["fsync_sum"] / max(d["commits"], 1.0)
+        cycle = self.seconds * segments / blocks
+        return (
+            f"{blocks:>7,.0f} blocks, {events / blocks:5.1f} ev/block, "
+            f"server ack {ack * 1e3:5.2f} ms (fdatasync {fsync * 1e3:4.2f} ms), "
+            f"cycle {cycle * 1e3:5.2f} ms, server share {ack / cycle:4.0%}, "
+            f"server CPU {d['cpu'] / self.seconds:4.0%}"
+        )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -115,60 +175,64 @@ def main() -> int:
     p.add_argument(
         "--inflight", type=int, default=1000, help="official writer's max_inflight_events"
     )
+    p.add_argument(
+        "--wide-inflight", type=int, default=8000, help="max_inflight_events of 'stream/8 wide'"
+    )
     p.add_argument("--streams", type=int, default=1000, help="createStream calls to time")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the best rate of each is shown")
     p.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
+    p.add_argument("--no-explain", action="store_true", help="skip the server-side columns")
+    p.add_argument("--only-create", action="store_true", help="time createStream only")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        cmd = [
-            sys.executable, "-m", "segmentstore", "serve", "--host", "127.0.0.1", "--port", "0",
-            "--http-port", "-1", "--controller-port", "0", "--data-dir", data, "--fsync", a.fsync,
-        ]  # fmt: skip
-        server = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        server = ServerProcess(Path(data), ["--controller-port", "0", "--fsync", a.fsync])
+        server.start()
         try:
-            assert server.stderr is not None
-            m = None
-            for _ in range(200):
-                line = server.stderr.readline()
-                if not line:
-                    break
-                m = READY.search(line)
-                if m:
-                    break
+            m = next(filter(None, (CONTROLLER.search(line) for line in server.log)), None)
             if m is None:
-                raise SystemExit("server did not start")
-            # Keep reading the server's log so that it never blocks on a full pipe.
-            threading.Thread(target=server.stderr.read, daemon=True).start()
-            endpoint, uri = f"tcp://{m.group(1)}:{m.group(2)}", m.group(3)
-            print(
-                f"best of {a.repeat} rounds, fsync={a.fsync}, {a.events} events of {a.size} B, official writer max_inflight_events={a.inflight}"
-            )
-            rates: dict[str, float] = {}
-
-            def best(name: str, rate: float) -> None:
-                rates[name] = max(rates.get(name, 0.0), rate)
-
-            for n in range(a.repeat):  # interleaved rounds; the best of each is kept
-                for segs in (1, 8):
-                    r = child({"op": "write", "uri": uri, "stream": f"w{segs}-{n}", "segments": segs,
-                               "events": a.events, "size": a.size, "inflight": a.inflight})  # fmt: skip
-                    best(f"stream/{segs}", a.events / float(r["seconds"]))  # type: ignore[arg-type]
-                r = child({"op": "bytes", "uri": uri, "stream": f"raw-{n}", "events": a.events, "size": a.size})  # fmt: skip
-                best("segment", a.events / float(r["seconds"]))  # type: ignore[arg-type]
-                seconds = asyncio.run(segment_path(endpoint, f"raw-{n}", a.events, a.size))
-                best("sdk-segment", a.events / seconds)
-            for name, rate in rates.items():
-                ratio = rate / rates["segment"]
-                print(f"  {name:<11} {rate:>12,.0f} events/s   {ratio:6.1%} of the segment path")
+                raise SystemExit("server did not start its controller")
+            endpoint, uri = server.endpoint, m.group(1)
+            cases: dict[str, Case] = {}
+            plan: list[tuple[str, int, dict[str, object]]] = []
+            for segs, inflight in ((1, a.inflight), (8, a.inflight), (8, a.wide_inflight)):
+                name = f"stream/{segs}" + (" wide" if inflight != a.inflight else "")
+                plan.append((name, segs, {"op": "write", "segments": segs, "inflight": inflight}))
+            plan.append(("segment", 1, {"op": "bytes"}))
+            if not a.only_create:
+                print(
+                    f"best of {a.repeat} rounds, fsync={a.fsync}, {a.events} events of {a.size} B, "
+                    f"official writer max_inflight_events={a.inflight} ('wide': {a.wide_inflight})"
+                )
+            for n in range(a.repeat if not a.only_create else 0):  # interleaved rounds
+                for name, _segs, job in plan:
+                    before = scrape(server)
+                    stream = f"{name.replace('/', '').replace(' ', '-')}-{n}"
+                    r = child({**job, "uri": uri, "stream": stream, "events": a.events, "size": a.size})  # fmt: skip
+                    after = scrape(server)
+                    seconds = float(r["seconds"])  # type: ignore[arg-type]
+                    best = cases.setdefault(name, Case())
+                    if a.events / seconds > best.rate:
+                        best.rate, best.seconds = a.events / seconds, seconds
+                        best.delta = {k: after[k] - before[k] for k in after}
+                seconds = asyncio.run(segment_path(endpoint, f"sdk-{n}", a.events, a.size))
+                best = cases.setdefault("sdk-segment", Case())
+                best.rate = max(best.rate, a.events / seconds)
+            segments = {name: segs for name, segs, _ in plan}
+            for name, case in cases.items():
+                ratio = case.rate / cases["segment"].rate
+                line = f"  {name:<12} {case.rate:>10,.0f} events/s {ratio:6.1%} of the segment path"
+                if not a.no_explain and name in segments:
+                    line += "  " + case.explain(segments[name], a.events)
+                print(line)
             r = child({"op": "create", "uri": uri, "count": a.streams})
             lat = sorted(float(x) * 1000 for x in r["latencies"])  # type: ignore[attr-defined]
             p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
             print(
-                f"  createStream x{a.streams}: p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms"
+                f"  createStream x{a.streams} (fsync={a.fsync}): "
+                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms"
             )
         finally:
-            server.terminate()
-            server.wait(30)
+            server.kill()
     return 0
 
 

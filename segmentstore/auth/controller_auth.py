@@ -4,8 +4,13 @@ Contract: with auth on, every RPC must carry ``authorization`` metadata: ``Basic
 base64(user:password)`` checked against the password file (PBKDF2, run off the event loop)
 or ``Bearer <static token>`` for a service. Anything else is answered UNAUTHENTICATED
 by ``AuthInterceptor`` before the servicer sees it; an authenticated call then needs the
-permission ``controller_rules.required`` names (PERMISSION_DENIED otherwise). Successful checks are cached by a
-digest of the header (bounded), so a client pays the slow hash once.
+permission ``controller_rules.required`` names (PERMISSION_DENIED otherwise), and runs
+with ``caller_visibility()`` telling the listings what the caller may see (None while auth
+is off). Successful checks are cached by a digest of the header (bounded), so a client
+pays the slow hash once. The password file is re-read when it changes (its inode, size or
+mtime, looked at on every authentication, a stat call), so ``segmentstore passwd`` takes
+effect without a restart; the cache is emptied then. A changed file that does not parse
+is logged and the users read before stay in force.
 ``ControllerAuth.delegation_token(header, scope, stream, access)`` checks the user may do
 ``access`` on the stream (or scope) and signs a token carrying the user's ACL (the
 password file's, overridden per resource by the ACL table, ``acls.py``), valid for
@@ -17,7 +22,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextvars
 import hashlib
+import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -25,11 +33,22 @@ from typing import Any, Final
 import grpc
 
 from .acls import AclTable
-from .controller_rules import UNCHECKED, required
+from .controller_rules import FILTERED, UNCHECKED, Visibility, required
 from .passwords import PasswordFile, User
 from .tokens import Permission, TokenSigner, grants_for
 
-__all__ = ["AuthInterceptor", "ControllerAuth", "PermissionDenied"]
+__all__ = ["AuthInterceptor", "ControllerAuth", "PermissionDenied", "caller_visibility"]
+
+log = logging.getLogger("segmentstore.auth")
+_VISIBILITY: contextvars.ContextVar[Visibility | None] = contextvars.ContextVar(
+    "controller_caller_visibility", default=None
+)
+
+
+def caller_visibility() -> Visibility | None:
+    """What the current RPC's caller may see in listings; None while auth is off."""
+    return _VISIBILITY.get()
+
 
 CACHE_ENTRIES: Final = 1024
 # StreamInfo.AccessOperation (Pravega): READ = 3, WRITE = 4, READ_WRITE = 5; others read.
@@ -46,7 +65,28 @@ class ControllerAuth:
         self.signer = signer
         self.ttl_s = ttl_s
         self._known: dict[bytes, User] = {}
+        self._stamp = self._file_stamp()
         self.acls: AclTable | None = None  # run-time grants (acls.py), set by the server
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.passwords.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _reload_if_changed(self) -> None:
+        stamp = self._file_stamp()
+        if stamp == self._stamp or stamp is None:
+            return  # unchanged, or gone for a moment (a rename in progress): keep the users
+        self._stamp = stamp
+        try:
+            self.passwords = PasswordFile.load(self.passwords.path)
+        except ValueError as e:
+            log.warning("password file changed but cannot be used (users kept): %s", e)
+            return
+        self._known.clear()
+        log.info("password file re-read: %d user(s)", len(self.passwords.users))
 
     def _check(self, header: str) -> User | None:
         method, _, value = header.partition(" ")
@@ -66,6 +106,7 @@ class ControllerAuth:
     async def authenticate(self, header: str) -> User | None:
         if not header:
             return None
+        self._reload_if_changed()
         key = hashlib.sha256(header.encode()).digest()
         user = self._known.get(key)
         if user is None:
@@ -153,14 +194,21 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         async def checked(request: Any, context: Any) -> Any:
             rule = required(method, request)
+            if rule is None and method not in FILTERED:
+                return await inner(request, context)
+            acl = await auth.acl_of(user)
             if rule is not None:
                 resource, needed = rule
-                have = grants_for(user.name, await auth.acl_of(user)).permission(resource)
+                have = grants_for(user.name, acl).permission(resource)
                 if have < needed:
                     await context.abort(
                         grpc.StatusCode.PERMISSION_DENIED,
                         f"{user.name} has {have.name} on {resource}, {needed.name} needed",
                     )
-            return await inner(request, context)
+            reset = _VISIBILITY.set(Visibility(user.name, acl) if method in FILTERED else None)
+            try:
+                return await inner(request, context)
+            finally:
+                _VISIBILITY.reset(reset)
 
         return checked

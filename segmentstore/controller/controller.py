@@ -24,6 +24,7 @@ from ..storage import SegmentStore
 from ..tables import TableStore
 from .autoscale import AutoScaler
 from .errors import ControllerError
+from .groups import Groups
 from .metadata import Metadata
 from .retention import Retention
 from .service import Service
@@ -88,6 +89,7 @@ class Controller:
             raise ControllerError(f"cannot listen on {address} for the controller (in use?)")
         ctl.port = port
         ctl.service = Service(streams, txns, endpoint, (settings.host, port))
+        ctl.service.groups = Groups(streams, tables)
         ctl.service.auth = auth
         pb_grpc.add_ControllerServiceServicer_to_server(ctl.service, server)  # type: ignore[no-untyped-call]
         await server.start()

@@ -1,8 +1,10 @@
 """Durable controller metadata in one of the store's own table segments.
 
 Contract: ``Metadata.open(tables)`` creates the table ``_system/controller/metadata`` if
-needed and loads every record. Keys are ``scope|<scope>``, ``stream|<scope>/<stream>`` and
-``txn|<scope>/<stream>/<id>``; values are the JSON of the records in ``model.py``. Each
+needed and loads every record. Keys are ``scope|<scope>``, ``stream|<scope>/<stream>``,
+``txn|<scope>/<stream>/<id>``, ``rg|<scope>/<group>`` and ``kvt|<scope>/<table>``; values
+are the JSON of the records in ``model.py`` (reader groups and key-value tables: plain
+JSON objects, ``groups.py``). Each
 ``put``/``remove`` returns once the table write is durable (under the server's fsync
 mode), so a record the controller acted on survives SIGTERM and kill -9. The controller
 is the table's only writer, so writes are unconditional; the in-memory dicts are the
@@ -11,7 +13,9 @@ cache every read is served from.
 
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
 from ..storage import SegmentNotFound
 from ..tables import NO_VERSION, TableStore
@@ -29,6 +33,8 @@ class Metadata:
         self.scopes: dict[str, int] = {}  # scope -> creation time (ms)
         self.streams: dict[str, StreamRecord] = {}  # "scope/stream" -> record
         self.txns: dict[str, TxnRecord] = {}  # TxnRecord.key -> record
+        # "rg" -> {"scope/group": record}, "kvt" -> {"scope/table": record} (groups.py)
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {"rg": {}, "kvt": {}}
 
     @classmethod
     async def open(cls, tables: TableStore) -> Metadata:
@@ -60,6 +66,8 @@ class Metadata:
             self.streams[name] = StreamRecord.from_json(value)
         elif kind == "txn":
             self.txns[name] = TxnRecord.from_json(value)
+        elif kind in self.objects:
+            self.objects[kind][name] = json.loads(value)
         else:
             log.warning("controller metadata: unknown key %r ignored", key)
 
@@ -90,6 +98,14 @@ class Metadata:
         await self._remove([f"txn|{t.key}" for t in txns])
         for t in txns:
             self.txns.pop(t.key, None)
+
+    async def put_object(self, kind: str, name: str, record: dict[str, Any]) -> None:
+        await self._put(f"{kind}|{name}", json.dumps(record, separators=(",", ":")).encode())
+        self.objects[kind][name] = record
+
+    async def remove_object(self, kind: str, name: str) -> None:
+        await self._remove([f"{kind}|{name}"])
+        self.objects[kind].pop(name, None)
 
     async def _put(self, key: str, value: bytes) -> None:
         await self._tables.update(METADATA_TABLE, [(key.encode(), value, NO_VERSION)])

@@ -242,10 +242,44 @@ class StreamRecord:
     # ------------------------------------------------------------------ JSON
 
     def to_json(self) -> bytes:
-        d = asdict(self)
-        d["segments"] = [asdict(s) for s in self.segments.values()]
-        d["head"] = None if self.head is None else list(self.head.items())
-        d["cuts"] = [[c.time_ms, c.total_bytes, list(c.cut.items())] for c in self.cuts]
+        # Built by hand: ``dataclasses.asdict`` deep-copies every field first, which made
+        # this the largest Python cost of a createStream (issue 16's latency target).
+        c = self.config
+        d = {
+            "scope": self.scope,
+            "stream": self.stream,
+            "config": {
+                "scale_type": c.scale_type,
+                "target_rate": c.target_rate,
+                "scale_factor": c.scale_factor,
+                "min_segments": c.min_segments,
+                "retention_type": c.retention_type,
+                "retention_param": c.retention_param,
+                "retention_max": c.retention_max,
+                "tags": c.tags,
+            },
+            "created_ms": self.created_ms,
+            "state": self.state,
+            "epochs": [
+                {"epoch": e.epoch, "created_ms": e.created_ms, "segments": e.segments}
+                for e in self.epochs
+            ],
+            "segments": [
+                {
+                    "id": s.id,
+                    "lo": s.lo,
+                    "hi": s.hi,
+                    "created_ms": s.created_ms,
+                    "sealed_epoch": s.sealed_epoch,
+                    "final_length": s.final_length,
+                }
+                for s in self.segments.values()
+            ],
+            "next_number": self.next_number,
+            "head": None if self.head is None else list(self.head.items()),
+            "cuts": [[c.time_ms, c.total_bytes, list(c.cut.items())] for c in self.cuts],
+            "pending": self.pending,
+        }
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod

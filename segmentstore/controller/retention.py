@@ -9,7 +9,13 @@ truncates the stream at the newest recorded cut that the policy allows to drop:
   so the stream keeps at least ``retentionParam`` bytes (as Pravega keeps "at least").
 * TIME (``retentionParam`` ms): the newest cut taken at least that long ago.
 
-``retentionMax`` is stored and returned but not enforced. Truncation goes through
+``retentionMax`` (0 or 2^63-1 = none) bounds what is kept from above. Truncation can only
+happen at a recorded cut (a cut at the segments' tails falls between events), so the task
+records cuts often enough that the newest cut keeping at least ``retentionParam`` keeps at
+most ``retentionMax``: besides every ``interval_s``, also whenever half of the slack
+``retentionMax - retentionParam`` has been written (SIZE) or has passed (TIME) since the
+last cut. The granularity is one controller tick: a stream taking in more than the slack
+within one tick keeps up to one tick's data more than the maximum. Truncation goes through
 ``Streams.truncate_locked`` (durable, finished after a crash).
 """
 
@@ -19,12 +25,35 @@ import contextlib
 import logging
 
 from ..storage import StorageError
-from .model import RetentionCut, StreamRecord
+from .model import RetentionCut, StreamConfig, StreamRecord
 from .streams import Streams, now_ms
 
 log = logging.getLogger("segmentstore.controller")
 
 MAX_CUTS = 1000  # per stream; the oldest go first
+
+
+NO_MAX = (1 << 63) - 1  # the official clients send Long.MAX_VALUE for "no maximum"
+
+
+def has_max(cfg: StreamConfig) -> bool:
+    return cfg.retention_type != 0 and 0 < cfg.retention_max < NO_MAX
+
+
+def cut_due(rec: StreamRecord, now: int, total: int, interval_ms: int) -> bool:
+    """Whether the retention task should record a new cut of ``rec`` now."""
+    if not rec.cuts:
+        return True
+    last = rec.cuts[-1]
+    if now - last.time_ms >= interval_ms:
+        return True
+    cfg = rec.config
+    if not has_max(cfg):
+        return False
+    step = max(0, cfg.retention_max - cfg.retention_param) // 2
+    if cfg.retention_type == 2:
+        return total - last.total_bytes > step
+    return now - last.time_ms >= step
 
 
 def choose_cut(rec: StreamRecord, now: int, total: int) -> RetentionCut | None:
@@ -69,7 +98,7 @@ class Retention:
 
     async def _one(self, rec: StreamRecord, now: int) -> None:
         total = self.stream_bytes(rec)
-        if not rec.cuts or now - rec.cuts[-1].time_ms >= self.interval_ms:
+        if cut_due(rec, now, total, self.interval_ms):
             cut = {}
             for sid in rec.current.segments:
                 try:

@@ -19,11 +19,14 @@ import grpc
 from segmentstore_client.controller_proto import controller_pb2
 from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
+from ..auth.controller_auth import caller_visibility
+from .groups import Groups
 from .model import (
     TXN_OPEN,
     StreamConfig,
     StreamRecord,
     TxnRecord,
+    even_ranges,
     to_signed64,
 )
 from .streams import BadRequest, Streams, now_ms
@@ -105,6 +108,7 @@ class Service(pb_grpc.ControllerServiceServicer):
     ) -> None:
         self.streams = streams
         self.txns = txns
+        self.groups: Groups | None = None  # reader groups and key-value tables (groups.py)
         self.endpoint = endpoint  # the wire listener every segment is served from
         self.self_uri = self_uri  # this controller
         self.rpc_counts: Counter[tuple[str, str]] = Counter()
@@ -148,15 +152,22 @@ class Service(pb_grpc.ControllerServiceServicer):
 
     @_counted
     async def listScopes(self, request: Any, context: Ctx) -> Any:
-        names, token = self.streams.list_scopes(request.continuationToken.token)
+        view = caller_visibility()  # auth on: only what the caller has grants on
+        names, token = self.streams.list_scopes(
+            request.continuationToken.token, None if view is None else view.scope
+        )
         return pb.ScopesResponse(scopes=names, continuationToken=pb.ContinuationToken(token=token))
 
     @_counted
     async def listStreamsInScope(self, request: Any, context: Ctx) -> Any:
         scope = request.scope.scope
-        if scope not in self.streams.md.scopes:
+        view = caller_visibility()
+        if scope not in self.streams.md.scopes or (view is not None and not view.scope(scope)):
+            # A scope the caller may not see is answered as missing, as listScopes hides it.
             return pb.StreamsInScopeResponse(status="SCOPE_NOT_FOUND")
-        names, token = self.streams.list_streams(scope, request.continuationToken.token)
+        names, token = self.streams.list_streams(
+            scope, request.continuationToken.token, None if view is None else view.stream
+        )
         return pb.StreamsInScopeResponse(
             streams=[pb.StreamInfo(scope=scope, stream=n) for n in names],
             continuationToken=pb.ContinuationToken(token=token),
@@ -394,6 +405,93 @@ class Service(pb_grpc.ControllerServiceServicer):
     async def checkTransactionState(self, request: Any, context: Ctx) -> Any:
         txn = self._txn(request)  # unknown: NOT_FOUND (UNKNOWN would make the client retry)
         return pb.TxnState(state=txn.state)
+
+    # ------------------------------------------------------------------ reader groups
+
+    def _groups(self) -> Groups:
+        if self.groups is None:
+            raise BadRequest("reader groups and key-value tables are not available")
+        return self.groups
+
+    def _group_config(self, record: dict[str, Any]) -> Any:
+        cfg = pb.ReaderGroupConfiguration.FromString(Groups.config_of(record))
+        cfg.scope, cfg.readerGroupName = record["scope"], record["name"]
+        cfg.readerGroupId, cfg.generation = record["id"], record["generation"]
+        return cfg
+
+    @_counted
+    async def createReaderGroup(self, request: Any, context: Ctx) -> Any:
+        status, record = await self._groups().create_group(
+            request.scope, request.readerGroupName, request.readerGroupId,
+            request.SerializeToString(),
+        )  # fmt: skip
+        reply = pb.CreateReaderGroupResponse(status=status)
+        if record is not None:
+            reply.config.CopyFrom(self._group_config(record))
+        return reply
+
+    @_counted
+    async def getReaderGroupConfig(self, request: Any, context: Ctx) -> Any:
+        record = self._groups().group(request.scope, request.readerGroup)
+        if record is None:
+            return pb.ReaderGroupConfigResponse(status="RG_NOT_FOUND")
+        return pb.ReaderGroupConfigResponse(status="SUCCESS", config=self._group_config(record))
+
+    @_counted
+    async def updateReaderGroup(self, request: Any, context: Ctx) -> Any:
+        status, generation = await self._groups().update_group(
+            request.scope, request.readerGroupName, request.generation,
+            request.SerializeToString(),
+        )  # fmt: skip
+        return pb.UpdateReaderGroupResponse(status=status, generation=generation)
+
+    @_counted
+    async def deleteReaderGroup(self, request: Any, context: Ctx) -> Any:
+        status = await self._groups().delete_group(
+            request.scope, request.readerGroup, request.readerGroupId
+        )
+        return pb.DeleteReaderGroupStatus(status=status)
+
+    # ------------------------------------------------------------------ key-value tables
+
+    @_counted
+    async def createKeyValueTable(self, request: Any, context: Ctx) -> Any:
+        status = await self._groups().create_table(
+            request.scope, request.kvtName, request.partitionCount
+        )
+        return pb.CreateKeyValueTableStatus(status=status)
+
+    @_counted
+    async def getCurrentSegmentsKeyValueTable(self, request: Any, context: Ctx) -> Any:
+        record = self._groups().table(request.scope, request.kvtName)
+        if record is None:
+            raise TxnNotFound(f"key-value table {request.scope}/{request.kvtName}")
+        info = pb.StreamInfo(scope=request.scope, stream=request.kvtName)
+        return pb.SegmentRanges(
+            segmentRanges=[
+                pb.SegmentRange(
+                    segmentId=pb.SegmentId(streamInfo=info, segmentId=n), minKey=lo, maxKey=hi
+                )
+                for n, (lo, hi) in enumerate(even_ranges(int(record["partitions"])))
+            ]
+        )
+
+    @_counted
+    async def listKeyValueTablesInScope(self, request: Any, context: Ctx) -> Any:
+        scope = request.scope.scope
+        view = caller_visibility()
+        if scope not in self.streams.md.scopes or (view is not None and not view.scope(scope)):
+            return pb.KVTablesInScopeResponse(status="SCOPE_NOT_FOUND")
+        names, token = self._groups().list_tables(scope, request.continuationToken.token)
+        return pb.KVTablesInScopeResponse(
+            kvtables=[pb.KeyValueTableInfo(scope=scope, kvtName=n) for n in names],
+            continuationToken=pb.ContinuationToken(token=token),
+        )
+
+    @_counted
+    async def deleteKeyValueTable(self, request: Any, context: Ctx) -> Any:
+        status = await self._groups().delete_table(request.scope, request.kvtName)
+        return pb.DeleteKVTableStatus(status=status)
 
 
 __all__ = ["TXN_OPEN", "Service", "now_ms"]

@@ -92,18 +92,31 @@ class Streams:
     async def delete_scope(self, scope: str) -> str:
         if scope not in self.md.scopes:
             return "SCOPE_NOT_FOUND"
-        if any(r.scope == scope for r in self.md.streams.values()):
-            return "SCOPE_NOT_EMPTY"
+        if any(r.scope == scope for r in self.md.streams.values()) or any(
+            t["scope"] == scope for t in self.md.objects["kvt"].values()
+        ):
+            return "SCOPE_NOT_EMPTY"  # streams (reader groups have one each) or tables
         await self.md.remove_scope(scope)
         return "SUCCESS"
 
-    def list_scopes(self, token: str) -> tuple[list[str], str]:
-        names = sorted(s for s in self.md.scopes if s > token)[:LIST_PAGE]
-        return names, names[-1] if names else token
+    def list_scopes(
+        self, token: str, visible: Callable[[str], bool] | None = None
+    ) -> tuple[list[str], str]:
+        """A page of scope names after ``token``; only ``visible`` ones (auth on)."""
+        names = sorted(s for s in self.md.scopes if s > token)
+        page = [n for n in names if visible is None or visible(n)][:LIST_PAGE]
+        return page, page[-1] if page else token
 
-    def list_streams(self, scope: str, token: str) -> tuple[list[str], str]:
-        names = sorted(r.stream for r in self.md.streams.values() if r.scope == scope)
-        page = [n for n in names if n > token][:LIST_PAGE]
+    def list_streams(
+        self, scope: str, token: str, visible: Callable[[str, str], bool] | None = None
+    ) -> tuple[list[str], str]:
+        names = sorted(  # internal streams (``_RG<group>``) are not listed, as in Pravega
+            r.stream
+            for r in self.md.streams.values()
+            if r.scope == scope and not r.stream.startswith("_")
+        )
+        page = [n for n in names if n > token and (visible is None or visible(scope, n))]
+        page = page[:LIST_PAGE]
         return page, page[-1] if page else token
 
     # ------------------------------------------------------------------ streams
@@ -120,9 +133,16 @@ class Streams:
             raise BadRequest(f"unknown retention policy type {cfg.retention_type}")
         if cfg.retention_type and cfg.retention_param < 0:
             raise BadRequest("retentionParam must not be negative")
+        if cfg.retention_type and (
+            cfg.retention_max < 0 or 0 < cfg.retention_max < cfg.retention_param
+        ):
+            raise BadRequest("retentionMax must be 0 (none) or at least retentionParam")
 
-    async def create_stream(self, scope: str, stream: str, cfg: StreamConfig) -> str:
-        if not valid_name(stream):
+    async def create_stream(
+        self, scope: str, stream: str, cfg: StreamConfig, internal: bool = False
+    ) -> str:
+        """``internal``: a name of the controller's own (``_RG<group>``), not checked."""
+        if not internal and not valid_name(stream):
             return "INVALID_STREAM_NAME"
         if scope not in self.md.scopes:
             return "SCOPE_NOT_FOUND"
@@ -156,10 +176,31 @@ class Streams:
                 return "STREAM_NOT_FOUND"
             if rec.state != "active":
                 return "STREAM_SEALED"
+            if rec.pending is not None:  # a scale, seal or truncation is finishing
+                return "FAILURE"
             new = StreamRecord.from_json(rec.to_json())
             new.config = cfg
-            await self.md.put_stream(new)
+            count = self.resized(new)
+            if count is None:
+                await self.md.put_stream(new)
+            else:
+                # The new config and the scale to it go in one record, so a crash cannot
+                # leave a config that disagrees with the segments (recover() finishes it).
+                log.info(
+                    "update of %s: %d segment(s) -> %d", rec.key, len(rec.current.segments), count
+                )
+                await self.scale_locked(new, list(new.current.segments), even_ranges(count))
         return "SUCCESS"
+
+    @staticmethod
+    def resized(rec: StreamRecord) -> int | None:
+        """The segment count an updated config asks for, when it differs from the current
+        one: as Pravega, a fixed policy means exactly ``minNumSegments``, a by-rate policy at
+        least that many (auto-scaling handles the rest)."""
+        have, want = len(rec.current.segments), rec.config.min_segments
+        if have == want or (rec.config.scale_type and have > want):
+            return None
+        return want
 
     async def seal_stream(self, scope: str, stream: str) -> str:
         if scope not in self.md.scopes:
@@ -301,7 +342,8 @@ class Streams:
                 if rec.before_cut(sid, cut):
                     await self._delete(rec.seg_name(sid))
             rec.head = cut
-            rec.cuts = [c for c in rec.cuts if not any(rec.before_cut(s, c.cut) for s in cut)]
+            # Cuts at or after the new head stay (retention may truncate there later).
+            rec.cuts = [c for c in rec.cuts if rec.cut_not_before_head(c.cut)]
         elif kind == "delete":
             prefix = f"{rec.scope}/{rec.stream}/"
             txn_segments = [

@@ -89,11 +89,11 @@ def admin(a: dict[str, Any]) -> dict[str, Any]:
     for step in a["steps"]:
         op, args = step[0], step[1:]
         try:
-            if op == "create_stream_with_policy":
+            if op in ("create_stream_with_policy", "update_stream_with_policy"):
                 scope, stream, policy, retention, tags = args
                 sp = getattr(pc.StreamScalingPolicy, policy[0])(*policy[1:])
                 rp = getattr(pc.StreamRetentionPolicy, retention[0])(*retention[1:])
-                out[op + ":" + stream] = m.create_stream_with_policy(scope, stream, sp, rp, tags)
+                out[op + ":" + stream] = getattr(m, op)(scope, stream, sp, rp, tags)
             else:
                 out[op + ":" + ":".join(map(str, args))] = getattr(m, op)(*args)
         except Exception as e:  # the test checks which calls fail

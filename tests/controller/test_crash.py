@@ -95,7 +95,13 @@ def test_kill_9_in_the_middle_of_a_scale_finishes_it_on_restart(ctl: Ctl, tmp_pa
     )
     caller.start()
     assert _wait_log(ctl, "scaling m/s", 20)
-    time.sleep(0.05)
+    # checkScale answers IN_PROGRESS for epoch 0 once the "scale" record is durable and
+    # while the thousand segments are being created: kill then (not by a fixed delay,
+    # which a fast scale outruns and a slow fsync under load comes too early for).
+    status = pb.ScaleStatusRequest(streamInfo=stream_info("m", "s"), epoch=0)
+    deadline = time.monotonic() + 20
+    while stub.checkScale(status).status != pb.ScaleStatusResponse.IN_PROGRESS:
+        assert time.monotonic() < deadline, "the scale never showed as in progress"
     ctl.server.kill()
     ctl.restart()
     assert any(

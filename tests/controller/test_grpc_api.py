@@ -3,6 +3,8 @@ checks, endpoints, tokens, and bad requests that must leave no metadata behind."
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from typing import Any
 
 import grpc
@@ -116,3 +118,27 @@ def test_bad_requests_leave_nothing_behind(ctl: Ctl) -> None:
     with pytest.raises(grpc.RpcError) as e:
         stub.getStreamConfiguration(stream_info("b", "x"))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def _fsyncs(ctl: Ctl) -> float:
+    url = f"http://127.0.0.1:{ctl.server.http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r'segmentstore_commit_stage_seconds_count\{stage="fdatasync"\} (\S+)', text)
+    assert m, "no fdatasync stage in /metrics"
+    return float(m.group(1))
+
+
+def test_create_stream_waits_for_one_group_commit(ctl: Ctl) -> None:
+    """createStream's latency: its segments and its metadata record share one log write and
+    one fdatasync (no serial waits), for 1 segment as for 8."""
+    stub = ctl.stub()
+    stub.createScope(pb.ScopeInfo(scope="g"))
+    for segments in (1, 8):
+        before = _fsyncs(ctl)
+        for i in range(10):
+            create_stream(stub, "g", f"s{segments}-{i}", segments)
+        assert _fsyncs(ctl) - before == 10
+        assert len(stub.getCurrentSegments(stream_info("g", f"s{segments}-9")).segmentRanges) == (
+            segments
+        )

@@ -3,6 +3,9 @@ stream cuts, JSON round trips, the auto-scaling decision and the retention choic
 
 from __future__ import annotations
 
+import json
+from dataclasses import fields
+
 import pytest
 
 from segmentstore.config import ConfigError, load_config
@@ -20,7 +23,7 @@ from segmentstore.controller.model import (
     txn_suffix,
     valid_name,
 )
-from segmentstore.controller.retention import choose_cut
+from segmentstore.controller.retention import NO_MAX, choose_cut, cut_due
 
 
 def _stream(n: int, cfg: StreamConfig | None = None, t: int = 0) -> StreamRecord:
@@ -62,8 +65,14 @@ def test_successors_predecessors_and_cuts() -> None:
     assert rec.before_cut(0, {a: 0, b: 0, 1: 0}) and not rec.before_cut(1, {a: 0, b: 0, 1: 0})
     assert rec.after_cut(c, {a: 0, b: 0, 1: 0}) and not rec.after_cut(a, {a: 0, b: 0, 1: 0})
     assert rec.epoch_at(15).epoch == 1 and rec.epoch_at(0).epoch == 0
+    rec.head = {a: 3, b: 0, 1: 7}
+    rec.cuts = [RetentionCut(5, 10, {0: 1, 1: 2})]
+    rec.pending = {"op": "seal", "segments": [a]}
+    rec.config = StreamConfig(2, 100, 3, 2, 2, 1000, 5000, ["t1"])
     again = StreamRecord.from_json(rec.to_json())
-    assert again.to_json() == rec.to_json() and again.successors(1) == {c: [b, 1]}
+    assert again == rec and again.successors(1) == {c: [b, 1]}
+    # Every field of every record is written (to_json is built by hand, not by asdict).
+    assert json.loads(rec.to_json()).keys() == {f.name for f in fields(StreamRecord)}
 
 
 def test_autoscale_decision() -> None:
@@ -96,6 +105,22 @@ def test_retention_choice() -> None:
     assert choose_cut(rec, now=2000, total=300) is None
     rec.config.retention_type = 0
     assert choose_cut(rec, now=10**9, total=10**9) is None
+
+
+def test_retention_cut_due_tightens_with_a_maximum() -> None:
+    rec = _stream(1, StreamConfig(retention_type=2, retention_param=100, retention_max=NO_MAX))
+    assert cut_due(rec, now=0, total=0, interval_ms=60_000)  # no cut yet
+    rec.cuts = [RetentionCut(1000, 500, {0: 500})]
+    assert not cut_due(rec, now=2000, total=10**9, interval_ms=60_000)  # no max: by interval
+    assert cut_due(rec, now=61_000, total=500, interval_ms=60_000)
+    rec.config.retention_max = 300  # SIZE: a cut once more than (300 - 100) / 2 is written
+    assert not cut_due(rec, now=2000, total=600, interval_ms=60_000)
+    assert cut_due(rec, now=2000, total=601, interval_ms=60_000)
+    rec.config.retention_type, rec.config.retention_param, rec.config.retention_max = 1, 1000, 3000
+    assert not cut_due(rec, now=1999, total=500, interval_ms=60_000)  # TIME: every 1000 ms
+    assert cut_due(rec, now=2000, total=500, interval_ms=60_000)
+    rec.config.retention_max = 0  # 0: no maximum (the SDK's default)
+    assert not cut_due(rec, now=50_000, total=10**9, interval_ms=60_000)
 
 
 def test_controller_settings() -> None:

@@ -184,6 +184,46 @@ class ControllerServiceStub:
                 request_serializer=controller__pb2.StreamInfo.SerializeToString,
                 response_deserializer=controller__pb2.StreamConfig.FromString,
                 _registered_method=True)
+        self.createKeyValueTable = channel.unary_unary(
+                '/io.pravega.controller.stream.api.grpc.v1.ControllerService/createKeyValueTable',
+                request_serializer=controller__pb2.KeyValueTableConfig.SerializeToString,
+                response_deserializer=controller__pb2.CreateKeyValueTableStatus.FromString,
+                _registered_method=True)
+        self.getCurrentSegmentsKeyValueTable = channel.unary_unary(
+                '/io.pravega.controller.stream.api.grpc.v1.ControllerService/getCurrentSegmentsKeyValueTable',
+                request_serializer=controller__pb2.KeyValueTableInfo.SerializeToString,
+                response_deserializer=controller__pb2.SegmentRanges.FromString,
+                _registered_method=True)
+        self.listKeyValueTablesInScope = channel.unary_unary(
+                '/io.pravega.controller.stream.api.grpc.v1.ControllerService/listKeyValueTablesInScope',
+                request_serializer=controller__pb2.KVTablesInScopeRequest.SerializeToString,
+                response_deserializer=controller__pb2.KVTablesInScopeResponse.FromString,
+                _registered_method=True)
+        self.deleteKeyValueTable = channel.unary_unary(
+                '/io.pravega.controller.stream.api.grpc.v1.ControllerService/deleteKeyValueTable',
+                request_serializer=controller__pb2.KeyValueTableInfo.SerializeToString,
+                response_deserializer=controller__pb2.DeleteKVTableStatus.FromString,
+                _registered_method=True)
+        self.createReaderGroup = channel.unary_unary(
+                '/io.pravega.controller.stream.api.grpc.v1.ControllerService/createReaderGroup',
+                request_serializer=controller__pb2.ReaderGroupConfiguration.SerializeToString,
+                response_deserializer=controller__pb2.CreateReaderGroupResponse.FromString,
+                _registered_method=True)
+        self.getReaderGroupConfig = channel.unary_unary(
+                '/io.pravega.controller.stream.api.grpc.v1.ControllerService/getReaderGroupConfig',
+                request_serializer=controller__pb2.ReaderGroupInfo.SerializeToString,
+                response_deserializer=controller__pb2.ReaderGroupConfigResponse.FromString,
+                _registered_method=True)
+        self.deleteReaderGroup = channel.unary_unary(
+                '/io.pravega.controller.stream.api.grpc.v1.ControllerService/deleteReaderGroup',
+                request_serializer=controller__pb2.ReaderGroupInfo.SerializeToString,
+                response_deserializer=controller__pb2.DeleteReaderGroupStatus.FromString,
+                _registered_method=True)
+        self.updateReaderGroup = channel.unary_unary(
+                '/io.pravega.controller.stream.api.grpc.v1.ControllerService/updateReaderGroup',
+                request_serializer=controller__pb2.ReaderGroupConfiguration.SerializeToString,
+                response_deserializer=controller__pb2.UpdateReaderGroupResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -369,6 +409,54 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def createKeyValueTable(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def getCurrentSegmentsKeyValueTable(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def listKeyValueTablesInScope(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def deleteKeyValueTable(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def createReaderGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def getReaderGroupConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def deleteReaderGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def updateReaderGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -521,6 +609,46 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.getStreamConfiguration,
                     request_deserializer=controller__pb2.StreamInfo.FromString,
                     response_serializer=controller__pb2.StreamConfig.SerializeToString,
+            ),
+            'createKeyValueTable': grpc.unary_unary_rpc_method_handler(
+                    servicer.createKeyValueTable,
+                    request_deserializer=controller__pb2.KeyValueTableConfig.FromString,
+                    response_serializer=controller__pb2.CreateKeyValueTableStatus.SerializeToString,
+            ),
+            'getCurrentSegmentsKeyValueTable': grpc.unary_unary_rpc_method_handler(
+                    servicer.getCurrentSegmentsKeyValueTable,
+                    request_deserializer=controller__pb2.KeyValueTableInfo.FromString,
+                    response_serializer=controller__pb2.SegmentRanges.SerializeToString,
+            ),
+            'listKeyValueTablesInScope': grpc.unary_unary_rpc_method_handler(
+                    servicer.listKeyValueTablesInScope,
+                    request_deserializer=controller__pb2.KVTablesInScopeRequest.FromString,
+                    response_serializer=controller__pb2.KVTablesInScopeResponse.SerializeToString,
+            ),
+            'deleteKeyValueTable': grpc.unary_unary_rpc_method_handler(
+                    servicer.deleteKeyValueTable,
+                    request_deserializer=controller__pb2.KeyValueTableInfo.FromString,
+                    response_serializer=controller__pb2.DeleteKVTableStatus.SerializeToString,
+            ),
+            'createReaderGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.createReaderGroup,
+                    request_deserializer=controller__pb2.ReaderGroupConfiguration.FromString,
+                    response_serializer=controller__pb2.CreateReaderGroupResponse.SerializeToString,
+            ),
+            'getReaderGroupConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.getReaderGroupConfig,
+                    request_deserializer=controller__pb2.ReaderGroupInfo.FromString,
+                    response_serializer=controller__pb2.ReaderGroupConfigResponse.SerializeToString,
+            ),
+            'deleteReaderGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.deleteReaderGroup,
+                    request_deserializer=controller__pb2.ReaderGroupInfo.FromString,
+                    response_serializer=controller__pb2.DeleteReaderGroupStatus.SerializeToString,
+            ),
+            'updateReaderGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.updateReaderGroup,
+                    request_deserializer=controller__pb2.ReaderGroupConfiguration.FromString,
+                    response_serializer=controller__pb2.UpdateReaderGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1333,6 +1461,222 @@ class ControllerService:
             '/io.pravega.controller.stream.api.grpc.v1.ControllerService/getStreamConfiguration',
             controller__pb2.StreamInfo.SerializeToString,
             controller__pb2.StreamConfig.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def createKeyValueTable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/io.pravega.controller.stream.api.grpc.v1.ControllerService/createKeyValueTable',
+            controller__pb2.KeyValueTableConfig.SerializeToString,
+            controller__pb2.CreateKeyValueTableStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def getCurrentSegmentsKeyValueTable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/io.pravega.controller.stream.api.grpc.v1.ControllerService/getCurrentSegmentsKeyValueTable',
+            controller__pb2.KeyValueTableInfo.SerializeToString,
+            controller__pb2.SegmentRanges.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def listKeyValueTablesInScope(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/io.pravega.controller.stream.api.grpc.v1.ControllerService/listKeyValueTablesInScope',
+            controller__pb2.KVTablesInScopeRequest.SerializeToString,
+            controller__pb2.KVTablesInScopeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def deleteKeyValueTable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/io.pravega.controller.stream.api.grpc.v1.ControllerService/deleteKeyValueTable',
+            controller__pb2.KeyValueTableInfo.SerializeToString,
+            controller__pb2.DeleteKVTableStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def createReaderGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/io.pravega.controller.stream.api.grpc.v1.ControllerService/createReaderGroup',
+            controller__pb2.ReaderGroupConfiguration.SerializeToString,
+            controller__pb2.CreateReaderGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def getReaderGroupConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/io.pravega.controller.stream.api.grpc.v1.ControllerService/getReaderGroupConfig',
+            controller__pb2.ReaderGroupInfo.SerializeToString,
+            controller__pb2.ReaderGroupConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def deleteReaderGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/io.pravega.controller.stream.api.grpc.v1.ControllerService/deleteReaderGroup',
+            controller__pb2.ReaderGroupInfo.SerializeToString,
+            controller__pb2.DeleteReaderGroupStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def updateReaderGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/io.pravega.controller.stream.api.grpc.v1.ControllerService/updateReaderGroup',
+            controller__pb2.ReaderGroupConfiguration.SerializeToString,
+            controller__pb2.UpdateReaderGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
