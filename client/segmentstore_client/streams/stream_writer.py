@@ -15,6 +15,17 @@ for the successors, replaces the sealed range by theirs, and resends every event
 the held number, in order, routed again by its key, before any newer event: nothing is
 lost, nothing written twice, and a key's events stay in order. A stream with no
 successors (sealed) fails with :class:`SegmentSealed`.
+
+Exactly once across a crash of the process (``exactly_once=True``, with a ``writer_id``):
+the contract is the segment writer's ``write_many`` replay. The application gives a writer
+made again with the same id the same events in the same order from the start; routing is
+deterministic (keys by hash, keyless events by a sequence seeded with the writer id), so
+every segment receives the same events in the same order, numbered 1, 2, ... per segment;
+each segment writer acknowledges without sending the numbers the server already holds for
+its id (AppendSetup) and appends the rest. This holds while the stream's segments stay
+those the first writer started on: a replay that finds a sealed segment holding events of
+this writer id (a scale happened in between) refuses to start with :class:`StreamError`
+rather than guess (a merge makes the order in the successors depend on timing).
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SegmentSealed, WriterClosed
 from ..writer import Ack, EventWriter
-from .controller_client import segment_name, split_stream
+from .controller_client import StreamError, segment_name, split_stream
 from .routing import KeyRanges, key_hash
 from .transaction import Transaction
 
@@ -113,8 +124,12 @@ class StreamWriter:
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
+        exactly_once: bool = False,
     ) -> None:
+        if exactly_once and writer_id is None:
+            raise ValueError("exactly_once needs a writer_id that outlives the process")
         self._scope, self._stream = split_stream(stream)
+        self.exactly_once = exactly_once
         self.stream = stream
         self.writer_id = str(writer_id) if writer_id is not None else str(uuid.uuid4())
         self._client = client
@@ -123,6 +138,8 @@ class StreamWriter:
         self._max_buffered = max_buffered_bytes
         self._ranges: KeyRanges | None = None
         self._route_cache: dict[str, int] = {}
+        # Keyless routing: random, or, for a replay, the same sequence on every run.
+        self._random = random.Random(self.writer_id).random if exactly_once else random.random
         self._writers: dict[int, EventWriter] = {}
         self._sent: dict[int, deque[_Sent]] = {}
         self._lock = asyncio.Lock()
@@ -143,8 +160,21 @@ class StreamWriter:
             ranges = await self._client.controller.current_segments(self._scope, self._stream)
             if not ranges:
                 raise SegmentSealed(f"stream {self.stream} is sealed", self.stream)
+            if self.exactly_once:
+                await self._check_no_scale_since_start()
             self._ranges = KeyRanges(ranges)
         return self
+
+    async def _check_no_scale_since_start(self) -> None:
+        info = await self._client.stream_info(self.stream)
+        for seg in info.segments.values():
+            if seg.sealed and await self._client.last_event_number(
+                seg.name, self._segment_writer_id(seg.name)
+            ):
+                raise StreamError(
+                    f"writer {self.writer_id} cannot replay exactly once on {self.stream}: "
+                    f"segment {seg.name} was sealed by a scale after it wrote there"
+                )
 
     async def __aenter__(self) -> StreamWriter:
         return await self.start()
@@ -201,11 +231,11 @@ class StreamWriter:
     async def _send(self, data: list[bytes], keys: list[str | None], ticket: _Ticket) -> None:
         """Route events by key and append them, in order per segment (lock held)."""
         assert self._ranges is not None
-        route, cache = self._ranges.route, self._route_cache
+        route, cache, rand = self._ranges.route, self._route_cache, self._random
         groups: dict[int, tuple[list[bytes], list[str | None]]] = {}
         for d, k in zip(data, keys, strict=True):
             if k is None:
-                sid = route(random.random())
+                sid = route(rand())
             else:
                 sid = cache.get(k, -1)
                 if sid < 0:
@@ -243,6 +273,7 @@ class StreamWriter:
             w = self._client.writer(
                 name,
                 self._segment_writer_id(name),
+                first_event_number=1 if self.exactly_once else None,
                 block_size=self._block_size,
                 linger=self._linger,
                 max_buffered_bytes=self._max_buffered,

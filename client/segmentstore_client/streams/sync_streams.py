@@ -170,6 +170,7 @@ class SyncStreamAdmin:
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
+        exactly_once: bool = False,
     ) -> SyncStreamWriter:
         async def make() -> StreamWriter:
             return self._client.stream_writer(
@@ -178,6 +179,7 @@ class SyncStreamAdmin:
                 block_size=block_size,
                 linger=linger,
                 max_buffered_bytes=max_buffered_bytes,
+                exactly_once=exactly_once,
             )
 
         return SyncStreamWriter(self._lt, self._lt.run(make()))
