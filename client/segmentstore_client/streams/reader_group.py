@@ -133,7 +133,12 @@ class ReaderGroup:
         raise TimeoutError(f"reader group {self.name}: state kept changing under 1000 tries")
 
     async def state(self) -> gs.State:
-        entry = await self.table.get(_KEY)
+        """The group's shared state (see ``group_state``); ``{}`` if it has none (not
+        opened yet, or deleted)."""
+        try:
+            entry = await self.table.get(_KEY)
+        except NoSuchSegment:
+            return {}
         return {} if entry is None else dict(json.loads(entry.value))
 
     def reader(self, reader_id: str, *, read_size: int = 1024 * 1024) -> GroupReader:
