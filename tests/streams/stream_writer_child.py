@@ -27,7 +27,7 @@ async def main(endpoint: str, controller: str, stream: str, wid: str, total: int
                 routing_keys=[f"k{j % keys}" for j in js],
             )
             print(js[-1] + 1, flush=True)
-            await asyncio.sleep(0.001)  # leave blocks in flight when the kill comes
+            await asyncio.sleep(0.01)  # paced: the kill (and a scale) land mid-way
     print("done", flush=True)
 
 

@@ -1,7 +1,8 @@
 """Exactly once across a crash of a stream writer's process: a writer with
 ``exactly_once=True`` killed with SIGKILL mid-``write_many`` over a 4-segment stream, made
 again with the same id and given the same input from the start, leaves every event once
-with per-key order kept; a replay after a scale refuses to start with one clear error."""
+with per-key order kept, also when the stream split between the two runs; a complete
+input replayed after a merge writes nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from pathlib import Path
 import pytest
 import segmentstore_client as sc
 from controller.conftest import Ctl, controller_uri
-from segmentstore_client.streams import StreamError
 
 from .helpers import per_key, read_stream
 
@@ -65,9 +65,33 @@ async def test_writer_killed_mid_write_many_replays_exactly_once(
     assert seen == {f"k{i}": list(range(per + (i < TOTAL % KEYS))) for i in range(KEYS)}
     assert len((await client.stream_info("x/s")).segments) == 4
 
-    # after a scale, a replay cannot know where its events went: one clear error
+    # after a merge (4 -> 2), the same complete input replayed again writes nothing
     await client.scale_stream("x/s", 2)
-    with pytest.raises(StreamError, match="sealed by a scale"):
-        await client.stream_writer("x/s", "job-1", exactly_once=True).start()
+    third = child(ctl, "x/s", "job-1")
+    out, err = third.communicate(timeout=120)
+    assert third.returncode == 0 and out.endswith("done\n"), err[-2000:]
+    assert per_key(await read_stream(client, "x/s")) == seen
     with pytest.raises(ValueError, match="writer_id"):
         client.stream_writer("x/s", exactly_once=True)
+
+
+async def test_writer_killed_after_a_split_replays_exactly_once(
+    ctl: Ctl, client: sc.Client
+) -> None:
+    await client.create_scope("y")
+    await client.create_stream("y/s", 4)
+    proc = child(ctl, "y/s", "job-2")
+    assert proc.stdout is not None
+    while (at := int(proc.stdout.readline() or TOTAL)) < TOTAL // 5:
+        pass
+    await client.scale_stream("y/s", 8)  # a split: each new segment has one predecessor
+    queued = kill_midway(proc, min(TOTAL - CHUNK, at + TOTAL // 3))
+    assert queued < TOTAL
+    info = await client.stream_info("y/s")
+    assert any(s.events for s in info.segments.values() if not s.sealed), "wrote after it"
+    again = child(ctl, "y/s", "job-2")
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0 and out.endswith("done\n"), err[-2000:]
+    per = TOTAL // KEYS
+    seen = per_key(await read_stream(client, "y/s"))
+    assert seen == {f"k{i}": list(range(per + (i < TOTAL % KEYS))) for i in range(KEYS)}
