@@ -161,13 +161,13 @@ class AdminClient:
         self.options = dataclasses.replace(self.options, delegation_token=token)
         return token
 
-    async def renew_expired(self, reply: Command, used: str) -> bool:
+    async def _renew_expired(self, reply: Command, used: str) -> bool:
         """True if ``reply`` says the token ``used`` expired and the client can go on
         with a fresh one: fetched now, unless another request already replaced ``used``
         (many writers and readers meeting expiry together fetch one token, not one each).
         Writers (SetupAppend) and readers (ReadSegment) retry once on True.
 
-        Example: ``if await client.renew_expired(reply, token): continue``
+        Example: ``if await client._renew_expired(reply, token): continue`` (internal)
         """
         if not token_expired(reply) or self.options.credentials is None:
             return False

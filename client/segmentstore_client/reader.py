@@ -162,7 +162,7 @@ async def read_segment(
                     f"read at {offset} answered for offset {reply.offset}", segment, reply
                 )
             return reply
-        if not renewed and await client.renew_expired(reply, token):
+        if not renewed and await client._renew_expired(reply, token):
             renewed = True  # an expired token: once more with a fresh one
             continue
         error = error_from_reply(reply)

@@ -218,7 +218,7 @@ class WriterSession:
                 continue
             if isinstance(reply, AppendSetup):
                 return conn, reply.last_event_number
-            if not renewed and await self._client.renew_expired(reply, token):
+            if not renewed and await self._client._renew_expired(reply, token):
                 renewed = True  # an expired token: once more with a fresh one
                 continue
             error = error_from_reply(reply)
