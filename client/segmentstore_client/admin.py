@@ -161,6 +161,20 @@ class AdminClient:
         self.options = dataclasses.replace(self.options, delegation_token=token)
         return token
 
+    async def _renew_expired(self, reply: Command, used: str) -> bool:
+        """True if ``reply`` says the token ``used`` expired and the client can go on
+        with a fresh one: fetched now, unless another request already replaced ``used``
+        (many writers and readers meeting expiry together fetch one token, not one each).
+        Writers (SetupAppend) and readers (ReadSegment) retry once on True.
+
+        Example: ``if await client._renew_expired(reply, token): continue`` (internal)
+        """
+        if not token_expired(reply) or self.options.credentials is None:
+            return False
+        if self.options.delegation_token == used:
+            await self.refresh_token()
+        return True
+
     async def _exchange(
         self, make: Callable[[int], Command], retry: bool, timeout: float | None
     ) -> Command:

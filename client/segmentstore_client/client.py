@@ -302,10 +302,13 @@ class Client(StreamAdmin):
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
+        exactly_once: bool = False,
     ) -> StreamWriter:
         """A :class:`~segmentstore_client.streams.StreamWriter` for ``scope/stream``:
         events with routing keys, one exactly-once segment writer per segment (all with
         ``writer_id``), following scale events. Needs the ``streams`` extra.
+        ``exactly_once`` (with a ``writer_id``): a writer made again after a crash and
+        given the same events in the same order writes each once (README "Streams").
 
         Example::
 
@@ -321,6 +324,7 @@ class Client(StreamAdmin):
             block_size=block_size,
             linger=linger,
             max_buffered_bytes=max_buffered_bytes,
+            exactly_once=exactly_once,
         )
 
     def reader_group(

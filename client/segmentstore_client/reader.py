@@ -138,12 +138,14 @@ async def read_segment(
     checked_name(segment)
     backoff: Backoff | None = None
     pool = client._pool
+    renewed = False
     while True:
+        token = client.options.delegation_token
         try:
             # One reconnect budget for the whole read, counted from the first failure.
             conn = await pool.acquire(None if backoff is None else backoff.remaining())
             rid = next_request_id()
-            request = ReadSegment(segment, offset, length, client.options.delegation_token, rid)
+            request = ReadSegment(segment, offset, length, token, rid)
             reply = await conn.call(request, rid, timeout)
         except ConnectFailed:
             raise  # the pool already retried for what was left of the budget
@@ -160,6 +162,9 @@ async def read_segment(
                     f"read at {offset} answered for offset {reply.offset}", segment, reply
                 )
             return reply
+        if not renewed and await client._renew_expired(reply, token):
+            renewed = True  # an expired token: once more with a fresh one
+            continue
         error = error_from_reply(reply)
         if isinstance(error, SegmentSealed):
             return SegmentRead(segment, offset, False, True, b"", rid)

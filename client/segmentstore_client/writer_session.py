@@ -200,18 +200,14 @@ class WriterSession:
     async def _connect(self, backoff: Backoff) -> tuple[Connection, int]:
         """Acquire a connection and run SetupAppend, retrying what a retry can fix."""
         pool = self._client._pool
+        renewed = False
         while True:
             remaining = max(0.0, backoff.deadline - asyncio.get_running_loop().time())
+            token = self._client.options.delegation_token
             try:
                 conn = await pool.acquire(timeout=remaining)
                 reply = await conn.call(
-                    SetupAppend(
-                        self._rid,
-                        self.writer_id,
-                        self.segment,
-                        self._client.options.delegation_token,
-                    ),
-                    self._rid,
+                    SetupAppend(self._rid, self.writer_id, self.segment, token), self._rid
                 )
             except ConnectFailed:
                 raise  # the pool already retried for what was left of the budget
@@ -222,6 +218,9 @@ class WriterSession:
                 continue
             if isinstance(reply, AppendSetup):
                 return conn, reply.last_event_number
+            if not renewed and await self._client._renew_expired(reply, token):
+                renewed = True  # an expired token: once more with a fresh one
+                continue
             error = error_from_reply(reply)
             if isinstance(error, WrongHost):
                 conn.close("answered WrongHost")

@@ -20,8 +20,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import segmentstore_client as sc
 from segmentstore_client import sync
+from segmentstore_client.streams.reader_group import GroupReader, ReaderGroup
 from segmentstore_client.streams.stream_writer import StreamWriter
+from segmentstore_client.streams.sync_groups import (
+    SyncGroupReader,
+    SyncReaderGroup,
+    SyncTransaction,
+)
 from segmentstore_client.streams.sync_streams import SyncStreamWriter
+from segmentstore_client.streams.transaction import Transaction
 
 from .timing import Bound
 
@@ -239,13 +246,14 @@ def test_sync_connect_has_the_async_signature() -> None:
 PAIRS: list[tuple[type, type, set[str]]] = [
     # (async class, sync class, async methods with no blocking twin)
     # events(): request/reply handlers are coroutines; the bus is async-only.
-    # reader_group(): the group and its readers are async-only for now (issue 17).
-    (sc.Client, sync.SyncClient, {"open", "events", "reader_group"}),
+    (sc.Client, sync.SyncClient, {"open", "events"}),
     (sc.Table, sync.SyncTable, {"keys_page", "items_page"}),
     (sc.EventWriter, sync.SyncEventWriter, set()),
     (sc.EventReader, sync.SyncEventReader, {"batches"}),
-    # begin(): stream transactions are async-only for now (issue 17).
-    (StreamWriter, SyncStreamWriter, {"begin"}),
+    (StreamWriter, SyncStreamWriter, set()),
+    (ReaderGroup, SyncReaderGroup, set()),
+    (GroupReader, SyncGroupReader, set()),
+    (Transaction, SyncTransaction, set()),
 ]
 
 

@@ -41,7 +41,10 @@ class StreamAdmin(AdminClient):
         """The controller client (made on first use; its channel opens on the first call)."""
         if self._controller_client is None:
             self._controller_client = ControllerClient(
-                self.controller_uri, self.options.request_timeout
+                self.controller_uri,
+                self.options.request_timeout,
+                tls_ca_file=self.options.tls_ca_file,
+                credentials=self.options.credentials,
             )
         return self._controller_client
 

@@ -6,14 +6,21 @@ method sends one RPC with the client's request timeout and returns plain Python 
 SDK error that names it (:class:`StreamError` and subclasses); an unreachable controller
 raises :class:`ConnectFailed`, a timed-out call :class:`Timeout`. ``grpcio`` is needed
 (the ``streams`` extra); without it the first call raises one clear error naming the extra.
+A ``tls://`` controller gets a TLS channel verified with ``tls_ca_file`` (or the system's
+CAs); with ``credentials`` every call carries the HTTP ``authorization`` header the
+controller checks (Basic for a user and password, Bearer for a static token), and a
+refusal (UNAUTHENTICATED, PERMISSION_DENIED) raises :class:`AuthenticationFailed`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from ..errors import ConnectFailed, SegmentStoreError, Timeout
+from ..auth import authorization_header
+from ..connection import Endpoint
+from ..errors import AuthenticationFailed, ConnectFailed, SegmentStoreError, Timeout
 from .routing import KeyRange
 
 _EXTRA = "streams need grpcio and protobuf: pip install 'segmentstore[streams]'"
@@ -67,11 +74,22 @@ class Successor:
 
 
 class ControllerClient:
-    """Calls the controller at ``uri`` (``tcp://host:port``)."""
+    """Calls the controller at ``uri`` (``tcp://host:port`` or ``tls://host:port``)."""
 
-    def __init__(self, uri: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        uri: str,
+        timeout: float = 30.0,
+        *,
+        tls_ca_file: str = "",
+        credentials: tuple[str, str] | str | None = None,
+    ) -> None:
         self.uri = uri
         self.timeout = timeout
+        self._ca_file = tls_ca_file
+        self._metadata = (
+            None if credentials is None else (("authorization", authorization_header(credentials)),)
+        )
         self._channel: Any = None
         self._stub: Any = None
         self.pb: Any = None
@@ -80,9 +98,18 @@ class ControllerClient:
     def _ensure(self) -> Any:
         if self._stub is None:
             grpc, pb, pb_grpc = _modules()
-            target = self.uri.removeprefix("tcp://")
+            endpoint = Endpoint.parse(self.uri)
+            target = f"{endpoint.host}:{endpoint.port}"
             self._grpc, self.pb = grpc, pb
-            self._channel = grpc.aio.insecure_channel(target)
+            if endpoint.tls:
+                try:
+                    root = Path(self._ca_file).read_bytes() if self._ca_file else None
+                except OSError as e:
+                    raise ConnectFailed(f"cannot read the CA bundle {self._ca_file}: {e}") from e
+                creds = grpc.ssl_channel_credentials(root)
+                self._channel = grpc.aio.secure_channel(target, creds)
+            else:
+                self._channel = grpc.aio.insecure_channel(target)
             self._stub = pb_grpc.ControllerServiceStub(self._channel)
         return self._stub
 
@@ -94,7 +121,9 @@ class ControllerClient:
     async def call(self, method: str, request: Any) -> Any:
         stub = self._ensure()
         try:
-            return await getattr(stub, method)(request, timeout=self.timeout)
+            return await getattr(stub, method)(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
         except self._grpc.aio.AioRpcError as e:
             code = e.code()
             if code == self._grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -102,6 +131,13 @@ class ControllerClient:
             if code == self._grpc.StatusCode.UNAVAILABLE:
                 raise ConnectFailed(
                     f"controller {self.uri} unreachable ({method}): {e.details()}"
+                ) from None
+            if code in (
+                self._grpc.StatusCode.UNAUTHENTICATED,
+                self._grpc.StatusCode.PERMISSION_DENIED,
+            ):
+                raise AuthenticationFailed(
+                    f"controller {self.uri} refused {method}: {e.details()}", ""
                 ) from None
             if code == self._grpc.StatusCode.NOT_FOUND:
                 raise NoSuchStream(f"{method}: {e.details()}", "NOT_FOUND") from None
@@ -140,11 +176,13 @@ class ControllerClient:
         return self.ranges(await self.call("getCurrentSegments", self.info(scope, stream)))
 
     async def epoch_segments(self, scope: str, stream: str, epoch: int) -> list[KeyRange]:
-        req = self.pb.GetEpochSegmentsRequest(streamInfo=self.info(scope, stream), epoch=epoch)
+        req = self.messages().GetEpochSegmentsRequest(
+            streamInfo=self.info(scope, stream), epoch=epoch
+        )
         return self.ranges(await self.call("getEpochSegments", req))
 
     async def successors(self, scope: str, stream: str, segment: int) -> list[Successor]:
-        req = self.pb.SegmentId(streamInfo=self.info(scope, stream), segmentId=segment)
+        req = self.messages().SegmentId(streamInfo=self.info(scope, stream), segmentId=segment)
         reply = await self.call("getSegmentsImmediatelyFollowing", req)
         return [
             Successor(
@@ -156,14 +194,16 @@ class ControllerClient:
 
     async def segments_at(self, scope: str, stream: str, timestamp: int) -> dict[int, int]:
         """The stream cut at ``timestamp`` ms (0: the head): segment id -> offset."""
-        req = self.pb.GetSegmentsRequest(streamInfo=self.info(scope, stream), timestamp=timestamp)
+        req = self.messages().GetSegmentsRequest(
+            streamInfo=self.info(scope, stream), timestamp=timestamp
+        )
         reply = await self.call("getSegments", req)
         return {loc.segmentId.segmentId: loc.offset for loc in reply.segments}
 
     async def segments_between(
         self, scope: str, stream: str, start: dict[int, int], end: dict[int, int]
     ) -> list[int]:
-        req = self.pb.StreamCutRange(streamInfo=self.info(scope, stream))
+        req = self.messages().StreamCutRange(streamInfo=self.info(scope, stream))
         getattr(req, "from").update(start)
         req.to.update(end)
         reply = await self.call("getSegmentsBetween", req)

@@ -133,7 +133,12 @@ class ReaderGroup:
         raise TimeoutError(f"reader group {self.name}: state kept changing under 1000 tries")
 
     async def state(self) -> gs.State:
-        entry = await self.table.get(_KEY)
+        """The group's shared state (see ``group_state``); ``{}`` if it has none (not
+        opened yet, or deleted)."""
+        try:
+            entry = await self.table.get(_KEY)
+        except NoSuchSegment:
+            return {}
         return {} if entry is None else dict(json.loads(entry.value))
 
     def reader(self, reader_id: str, *, read_size: int = 1024 * 1024) -> GroupReader:
@@ -168,6 +173,14 @@ class ReaderGroup:
             stream, sid = _unseg(key)
             per.setdefault(stream, {})[sid] = off
         return [StreamCut(s, p) for s, p in per.items()]
+
+    async def delete(self, *, missing_ok: bool = False) -> bool:
+        """Delete the group's state table (its readers should be closed first); False if
+        it was gone and ``missing_ok``.
+
+        Example: ``await group.delete()``
+        """
+        return await self.table.delete(missing_ok=missing_ok)
 
     async def reset(self, start: Literal["head", "tail"] | StreamCut | Iterable[StreamCut]) -> None:
         """Start the group again from ``start`` (e.g. a checkpoint's cuts); readers drop
@@ -262,6 +275,31 @@ class GroupReader:
     async def events(self, *, idle_timeout: float | None = None) -> AsyncIterator[StreamEvent]:
         """The group's events for this reader; ends after ``close`` (or after
         ``idle_timeout`` seconds without an event, when given)."""
+        async for batch in self.batches(idle_timeout=idle_timeout):
+            for event in batch:
+                self._hand(event)
+                yield event
+                self._pass_handed()  # passed: the next one was asked for
+                if self._closed:
+                    return
+
+    def _hand(self, event: StreamEvent) -> None:
+        """Note ``event`` as handed to the application: it counts as passed (for
+        checkpoints and offsets) when the next one is asked for or the reader closes."""
+        self._handed = (_seg(event.stream, event.segment), event.offset + 8 + len(event.data))
+
+    async def batches(
+        self, *, idle_timeout: float | None = None
+    ) -> AsyncIterator[list[StreamEvent]]:
+        """The group's events for this reader, one read's worth at a time (what the
+        blocking twin pulls per thread crossing); asking for the next batch passes every
+        event of the previous one.
+
+        Example::
+
+            async for batch in reader.batches(idle_timeout=2):
+                handle_all(batch)
+        """
         await self.group.open()
         await self._sync()
         idle_since = time.monotonic()
@@ -286,11 +324,15 @@ class GroupReader:
                     segment_name(scope, name, sid), offset, self._read_size
                 )
                 parser = EventParser(offset)
-                for ev_offset, payload in parser.feed(chunk.data):
+                batch = [
+                    StreamEvent(bytes(payload), stream, sid, ev_offset)
+                    for ev_offset, payload in parser.feed(chunk.data)
+                ]
+                if batch:
                     got = True
-                    self._handed = (key, ev_offset + 8 + len(payload))
-                    yield StreamEvent(bytes(payload), stream, sid, ev_offset)
-                    self._pass_handed()  # passed: the next one was asked for
+                    self._hand(batch[-1])  # events() notes each one as it goes
+                    yield batch
+                    self._pass_handed()
                     if self._closed:
                         return
             if got:

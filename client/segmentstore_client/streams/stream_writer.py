@@ -15,6 +15,20 @@ for the successors, replaces the sealed range by theirs, and resends every event
 the held number, in order, routed again by its key, before any newer event: nothing is
 lost, nothing written twice, and a key's events stay in order. A stream with no
 successors (sealed) fails with :class:`SegmentSealed`.
+
+Exactly once across a crash of the process (``exactly_once=True``, with a ``writer_id``):
+the contract is the segment writer's ``write_many`` replay. The application gives a writer
+made again with the same id the same events in the same order from the start; routing is
+deterministic (keys by hash, keyless events by a sequence seeded with the writer id, drawn
+once per event and kept with it for resends), so every segment receives the same events in
+the same order, numbered 1, 2, ... per segment; each segment writer acknowledges without
+sending the numbers the server already holds for its id (AppendSetup) and appends the
+rest. The replay starts at the first epoch whose segments hold events of this writer id
+and follows the scales from there as the first writer did: a split's successors receive,
+in input order, the events of their ranges after the sealed segment's held number, as they
+did the first time. A merge makes the order in the successor depend on when each
+predecessor's seal was seen, so a replay that would append to a merged successor already
+holding events of this writer id raises :class:`StreamError` rather than guess.
 """
 
 from __future__ import annotations
@@ -27,10 +41,10 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SegmentSealed, WriterClosed
+from ..errors import NoSuchSegment, SegmentSealed, WriterClosed
 from ..writer import Ack, EventWriter
-from .controller_client import segment_name, split_stream
-from .routing import KeyRanges, key_hash
+from .controller_client import StreamError, segment_name, split_stream
+from .routing import KeyRange, KeyRanges, key_hash
 from .transaction import Transaction
 
 if TYPE_CHECKING:
@@ -52,7 +66,7 @@ class _Sent:
 
     first: int
     data: list[bytes]
-    keys: list[str | None]
+    keys: list[str | float | None]  # a routing key, or a keyless event's drawn hash
     ticket: _Ticket | None
 
     @property
@@ -113,8 +127,12 @@ class StreamWriter:
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
+        exactly_once: bool = False,
     ) -> None:
+        if exactly_once and writer_id is None:
+            raise ValueError("exactly_once needs a writer_id that outlives the process")
         self._scope, self._stream = split_stream(stream)
+        self.exactly_once = exactly_once
         self.stream = stream
         self.writer_id = str(writer_id) if writer_id is not None else str(uuid.uuid4())
         self._client = client
@@ -123,6 +141,10 @@ class StreamWriter:
         self._max_buffered = max_buffered_bytes
         self._ranges: KeyRanges | None = None
         self._route_cache: dict[str, int] = {}
+        self._counts: dict[int, int] = {}  # events handed to each segment's writer
+        self._sealed_held: dict[int, int] = {}  # replay: sealed segment -> its held number
+        # Keyless routing: random, or, for a replay, the same sequence on every run.
+        self._random = random.Random(self.writer_id).random if exactly_once else random.random
         self._writers: dict[int, EventWriter] = {}
         self._sent: dict[int, deque[_Sent]] = {}
         self._lock = asyncio.Lock()
@@ -143,8 +165,27 @@ class StreamWriter:
             ranges = await self._client.controller.current_segments(self._scope, self._stream)
             if not ranges:
                 raise SegmentSealed(f"stream {self.stream} is sealed", self.stream)
+            if self.exactly_once:
+                ranges = await self._replay_start(ranges)
             self._ranges = KeyRanges(ranges)
         return self
+
+    async def _held(self, sid: int) -> int:
+        """The last event number segment ``sid`` holds for this writer (0: none)."""
+        name = segment_name(self._scope, self._stream, sid)
+        try:
+            return await self._client.last_event_number(name, self._segment_writer_id(name)) or 0
+        except NoSuchSegment:
+            return 0  # truncated away (or never made)
+
+    async def _replay_start(self, current: list[KeyRange]) -> list[KeyRange]:
+        """The ranges of the first epoch holding events of this writer id (else now's)."""
+        info = await self._client.stream_info(self.stream)
+        for epoch in info.epochs[:-1]:
+            for r in epoch:
+                if await self._held(r.segment):
+                    return list(epoch)
+        return current
 
     async def __aenter__(self) -> StreamWriter:
         return await self.start()
@@ -188,7 +229,8 @@ class StreamWriter:
             await ack
         """
         data = events if isinstance(events, list) else list(events)
-        keys: list[str | None] = [None] * len(data) if routing_keys is None else list(routing_keys)
+        keys: list[str | float | None]
+        keys = [None] * len(data) if routing_keys is None else list(routing_keys)
         if len(keys) != len(data):
             raise ValueError(f"{len(data)} events but {len(keys)} routing keys")
         ticket = _Ticket()
@@ -198,14 +240,19 @@ class StreamWriter:
             await self._send(data, keys, ticket)
         return StreamAck(self, ticket)
 
-    async def _send(self, data: list[bytes], keys: list[str | None], ticket: _Ticket) -> None:
+    async def _send(
+        self, data: list[bytes], keys: list[str | float | None], ticket: _Ticket
+    ) -> None:
         """Route events by key and append them, in order per segment (lock held)."""
         assert self._ranges is not None
-        route, cache = self._ranges.route, self._route_cache
-        groups: dict[int, tuple[list[bytes], list[str | None]]] = {}
+        route, cache, rand = self._ranges.route, self._route_cache, self._random
+        groups: dict[int, tuple[list[bytes], list[str | float | None]]] = {}
         for d, k in zip(data, keys, strict=True):
             if k is None:
-                sid = route(random.random())
+                k = rand()  # kept: a resend after a scale routes it by the same hash
+                sid = route(k)
+            elif isinstance(k, float):
+                sid = route(k)
             else:
                 sid = cache.get(k, -1)
                 if sid < 0:
@@ -216,20 +263,52 @@ class StreamWriter:
             g[0].append(d)
             g[1].append(k)
         for sid, (gd, gk) in groups.items():
+            if sid in self._sealed_held and await self._replayed(sid, gd, gk, ticket):
+                continue
             try:
                 w = await self._segment_writer(sid)
                 first = w.last_event_number + 1
                 ack = await w.write_many(gd)
             except SegmentSealed:
-                await self._replace(sid)
-                await self._send(gd, gk, ticket)  # routed again over the successors
+                if self.exactly_once:
+                    self._sealed_held[sid] = await self._held(sid)
+                    if await self._replayed(sid, gd, gk, ticket):
+                        self._drop_writer(sid)  # all it sent is held: nothing to resend
+                else:
+                    await self._replace(sid)
+                    await self._send(gd, gk, ticket)  # routed again over the successors
                 continue
+            self._counts[sid] = self._counts.get(sid, 0) + len(gd)
             sent = self._sent[sid]
             acked = w.acked_event_number
             while sent and sent[0].last <= acked:
                 sent.popleft()
             sent.append(_Sent(first, gd, gk, ticket))
             ticket.acks.append((sid, ack))
+
+    async def _replayed(
+        self, sid: int, gd: list[bytes], gk: list[str | float | None], ticket: _Ticket
+    ) -> bool:
+        """A replay meets sealed segment ``sid``: its events up to the number it holds
+        are there already (numbered from 1 per segment), so they are skipped and the
+        range stays until they are; the rest go to the successors. True if all held."""
+        count = self._counts.get(sid, 0)
+        skip = min(len(gd), max(0, self._sealed_held[sid] - count))
+        self._counts[sid] = count + skip
+        if skip == len(gd):
+            return True
+        del self._sealed_held[sid]
+        await self._replace(sid)
+        await self._send(gd[skip:], gk[skip:], ticket)  # over the successors
+        return False
+
+    def _drop_writer(self, sid: int) -> None:
+        w = self._writers.pop(sid, None)
+        if w is not None:
+            w.abort()
+        for chunk in self._sent.pop(sid, ()):
+            if chunk.ticket is not None:
+                chunk.ticket.acks = [(s, a) for s, a in chunk.ticket.acks if s != sid]
 
     def _segment_writer_id(self, segment: str) -> str:
         # One id per segment: the wire protocol keys append sessions by writer id per
@@ -243,6 +322,7 @@ class StreamWriter:
             w = self._client.writer(
                 name,
                 self._segment_writer_id(name),
+                first_event_number=1 if self.exactly_once else None,
                 block_size=self._block_size,
                 linger=self._linger,
                 max_buffered_bytes=self._max_buffered,
@@ -260,8 +340,9 @@ class StreamWriter:
             if sid in self._writers:
                 await self._replace(sid)
 
-    async def _replace(self, sid: int) -> None:
-        """Replace sealed segment ``sid`` by its successors and resend (lock held)."""
+    async def _replace(self, sid: int) -> int:
+        """Replace sealed segment ``sid`` by its successors and resend (lock held);
+        returns the last event number the sealed segment holds for this writer."""
         assert self._ranges is not None
         name = segment_name(self._scope, self._stream, sid)
         w = self._writers.pop(sid, None)
@@ -273,6 +354,14 @@ class StreamWriter:
         if not successors:
             self._error = SegmentSealed(f"stream {self.stream} is sealed", self.stream)
             raise self._error
+        if self.exactly_once:
+            for s in successors:
+                if len(s.predecessors) > 1 and await self._held(s.range.segment):
+                    self._error = StreamError(
+                        f"writer {self.writer_id} cannot replay exactly once on {self.stream}: "
+                        f"segment {s.range.segment} merged several and holds its events"
+                    )
+                    raise self._error
         self._ranges = self._ranges.replace(sid, [s.range for s in successors])
         self._route_cache.clear()
         for chunk in sent:
@@ -281,6 +370,7 @@ class StreamWriter:
             skip = max(0, held - chunk.first + 1)
             if skip < len(chunk.data):
                 await self._send(chunk.data[skip:], chunk.keys[skip:], chunk.ticket or _Ticket())
+        return held
 
     async def begin(self, lease_ms: int = 30_000) -> Transaction:
         """Open a transaction on the stream (see :class:`Transaction`).

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .policies import RetentionPolicy, ScalingPolicy, StreamInfo
 from .routing import KeyRange
 from .stream_cut import StreamCut
 from .stream_writer import StreamAck, StreamWriter
+from .sync_groups import SyncReaderGroup, SyncTransaction
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -79,6 +80,10 @@ class SyncStreamWriter:
     ) -> SyncStreamAck:
         data, keys = list(events), None if routing_keys is None else list(routing_keys)
         return SyncStreamAck(self._lt, self._lt.run(self._w.write_many(data, routing_keys=keys)))
+
+    def begin(self, lease_ms: int = 30_000) -> SyncTransaction:
+        """See :meth:`StreamWriter.begin`. Example: ``txn = writer.begin()``."""
+        return SyncTransaction(self._lt, self._lt.run(self._w.begin(lease_ms)))
 
     def flush(self) -> None:
         self._lt.run(self._w.flush())
@@ -165,6 +170,7 @@ class SyncStreamAdmin:
         block_size: int = 1024 * 1024,
         linger: float = 0.002,
         max_buffered_bytes: int = 32 * 1024 * 1024,
+        exactly_once: bool = False,
     ) -> SyncStreamWriter:
         async def make() -> StreamWriter:
             return self._client.stream_writer(
@@ -173,6 +179,34 @@ class SyncStreamAdmin:
                 block_size=block_size,
                 linger=linger,
                 max_buffered_bytes=max_buffered_bytes,
+                exactly_once=exactly_once,
             )
 
         return SyncStreamWriter(self._lt, self._lt.run(make()))
+
+    def reader_group(
+        self,
+        name: str,
+        streams: Iterable[str],
+        start: Literal["head", "tail"] | StreamCut | Iterable[StreamCut] = "head",
+        *,
+        reader_timeout: float = 30.0,
+        sync_interval: float = 0.5,
+    ) -> SyncReaderGroup:
+        """See :meth:`Client.reader_group`; the blocking group is opened at once (its
+        state made from ``start`` unless it exists).
+
+        Example::
+
+            group = client.reader_group("shop/billing", ["shop/orders"])
+            for event in group.reader("reader-1").events(idle_timeout=2):
+                print(event.data)
+        """
+        group = self._client.reader_group(
+            name,
+            list(streams),
+            start if isinstance(start, str | StreamCut) else list(start),
+            reader_timeout=reader_timeout,
+            sync_interval=sync_interval,
+        )
+        return SyncReaderGroup(self._lt, group).open()
