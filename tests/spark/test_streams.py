@@ -231,6 +231,49 @@ def test_sink_batch_at_or_below_marker_writes_nothing(
     assert total == 1
 
 
+def test_replay_after_a_driver_died_mid_commit_lands_once(
+    ep: dict[str, str], admin: sync.SyncClient
+) -> None:
+    import asyncio
+
+    import pyarrow as pa
+    import segmentstore_client as ss
+    from segmentstore_client.spark import stream_intent
+    from segmentstore_client.spark.stream_write import (
+        StreamJob,
+        _end,
+        commit_stream_write,
+        marker_segment,
+        prepare_stream,
+        write_stream_partition,
+    )
+
+    stream = new_stream(admin, 2)
+    opts = WriteOptions.parse({**ep, "stream": stream})
+    prepare_stream(opts, marker=True)
+    job = StreamJob(opts, "", "stream|q2", 7)
+
+    def part(p: int, lo: int) -> Any:
+        batch = pa.RecordBatch.from_pydict({"id": pa.array(range(lo, lo + 50), pa.int64())})
+        return write_stream_partition(job, p, 0, [batch], query_id="q2", batch_id=7)
+
+    first = [part(0, 0), part(1, 50)]
+
+    async def die_mid_commit() -> None:  # the first driver: intent recorded, one commit
+        async with ss.connect(ep["endpoint"], controller=ep["controller"]) as c:
+            ids = [(m.high, m.low) for m in first]
+            await stream_intent.record(c, marker_segment(stream), "stream|q2", 7, ids)
+            await _end(c, first[0], "commitTransaction")
+
+    asyncio.run(die_mid_commit())
+    replay = [part(0, 1000), part(1, 1050)]  # Spark replays batch 7: new transactions
+    assert commit_stream_write(job, replay) == 2  # the recorded two, not the replay's
+    total = sum(s.events for s in admin.stream_info(stream).segments.values())
+    assert total == 2  # one event per partition of the first run, each once
+    left = [s for s in admin.list_segments(stream + "/") if "#transaction." in s]
+    assert left == []  # the replay's transactions were aborted
+
+
 def test_stream_options_refused_with_one_line(ep: dict[str, str]) -> None:
     with pytest.raises(OptionError, match="either 'stream' or 'segment'"):
         ReadOptions.parse({**ep, "stream": "a/b", "segment": "x"})

@@ -20,9 +20,9 @@ Contract:
   segments (see :mod:`.commit`), but the marker attribute lives on the stream's marker
   segment ``<scope>/<stream>/_spark.commits`` (segment names of a stream carry
   ``.#epoch.``, so it never collides with one). A task of a write whose marker is
-  reached writes nothing; commit raises the marker after committing the transactions.
-  A driver that dies between those two steps leaves a batch committed but unmarked: a
-  replay of that batch then writes it again (the one window; see the README).
+  reached writes nothing; commit records the transactions as the write's intent
+  (:mod:`.stream_intent`), commits them, then raises the marker, so a replay after a
+  driver died in between commits the recorded transactions, not its own.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from ..errors import NoSuchSegment, SegmentStoreError
 from ..streams.controller_client import split_stream
 from ..streams.routing import KeyRanges, key_hash
 from ..streams.transaction import Transaction
+from . import stream_intent
 from .codec import ArrowEncoder, rows_of_batch
 from .connect import run_with_client
 from .options import WriteOptions, commit_marker
@@ -368,24 +369,48 @@ def _run(options: WriteOptions, work: Callable[[Client], Awaitable[T]]) -> T:
 
 def commit_stream_write(job: StreamJob, messages: Iterable[Any]) -> int:
     """Commit the partitions' transactions, then raise the marker (if any); returns how
-    many transactions were committed. A write whose marker is already reached aborts
-    them instead (its tasks normally wrote nothing)."""
-    found = _messages(messages)
+    many transactions this call committed. With a marker the transactions are first
+    recorded as the write's intent (:mod:`.stream_intent`): a commit that finds an
+    intent of an earlier driver commits those instead and aborts its own; a write whose
+    marker is already reached aborts its own (its tasks normally wrote nothing)."""
+    found = sorted(_messages(messages), key=lambda m: m.partition)
 
     async def work(client: Client) -> int:
-        if job.marker_scope is not None and await _marker_reached(client, job):
+        if job.marker_scope is None:
+            for m in found:
+                await _end(client, m, "commitTransaction")
+            return len(found)
+        scope, seq, seg = job.marker_scope, job.marker_seq, marker_segment(job.stream)
+        if await _marker_reached(client, job):
             for m in found:  # FAILURE: that very transaction was committed before
                 await _end(client, m, "abortTransaction", ("SUCCESS", "FAILURE"))
             return 0
-        for m in sorted(found, key=lambda m: m.partition):
+        prior = await stream_intent.recorded(client, seg, scope, seq)
+        if prior is None:
+            todo = found
+            await stream_intent.record(client, seg, scope, seq, [(m.high, m.low) for m in found])
+        else:
+            log.warning("stream write %s/%d: finishing an earlier commit's intent", scope, seq)
+            for m in found:
+                if (m.high, m.low) not in prior:
+                    await _end(client, m, "abortTransaction", ("SUCCESS", "FAILURE"))
+            todo = [_recorded_txn(job.stream, i, h, lo) for i, (h, lo) in enumerate(prior)]
+        for m in todo:
             await _end(client, m, "commitTransaction")
-        if job.marker_scope is not None:
-            await _raise_marker(client, job)
-        return len(found)
+        await _raise_marker(client, job)
+        await stream_intent.clear(client, seg, scope, seq, len(todo))
+        return len(todo)
 
     done: int = _run(job.options, work)
     log.info("stream write to %s: %d transactions committed", job.stream, done)
     return done
+
+
+def _recorded_txn(stream: str, i: int, high: int, low: int) -> TxnCommit:
+    from ..streams.transaction import txn_suffix
+
+    txn = uuid.UUID(txn_suffix(high, low).split(".")[1])
+    return TxnCommit(i, 0, stream, "spark-intent", str(txn), high, low)
 
 
 def abort_stream_write(job: StreamJob, messages: Iterable[Any]) -> str:
