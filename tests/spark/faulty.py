@@ -6,7 +6,9 @@ Options on top of the real ones:
 * ``fail_after_rows``: the task fails once this many rows of it are durable;
 * ``fail_attempts``: ``first`` (only attempt 0 fails; the retry succeeds) or ``all``;
 * ``fail_flag``: fail only while this file exists (for streaming restarts);
-* ``commit_log``: append the commit messages the driver got to this file (JSON lines).
+* ``commit_log``: append the commit messages the driver got to this file (JSON lines);
+* ``fail_hard``: (stream writes) the failing attempt's process exits at once (``os._exit``)
+  instead of raising, so its transaction is left open for its lease to end.
 
 Before raising, the failing attempt waits until the server holds the events of the rows
 it handed over, so every retry really starts from a half-written partition.
@@ -22,7 +24,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark import TaskContext
-from segmentstore_client.spark.datasource import SegmentStoreDataSource, SegmentStoreWriter
+from segmentstore_client.spark.datasource import (
+    SegmentStoreDataSource,
+    SegmentStoreWriter,
+    StreamTxnWriter,
+)
 from segmentstore_client.spark.options import event_number, writer_id
 from segmentstore_client.spark.streaming import (
     BATCH_ID_PROPERTY,
@@ -79,6 +85,14 @@ def _wait_durable(job: WriteJob, partition: int, groups: int) -> None:
     raise AssertionError(f"events up to {want} never became durable")
 
 
+def _log_commits(options: dict[str, str], messages: list[Any]) -> None:
+    path = options.get("commit_log")
+    if path is not None:
+        with open(path, "a") as f:
+            for m in messages:
+                f.write(json.dumps(dataclasses.asdict(m)) + "\n")
+
+
 class FaultyWriter(SegmentStoreWriter):
     def __init__(self, job: WriteJob, options: dict[str, str]) -> None:
         super().__init__(job)
@@ -95,11 +109,38 @@ class FaultyWriter(SegmentStoreWriter):
         return super().write(iterator)
 
     def commit(self, messages: list[Any]) -> None:
-        path = self.fault_options.get("commit_log")
-        if path is not None:
-            with open(path, "a") as f:
-                for m in messages:
-                    f.write(json.dumps(dataclasses.asdict(m)) + "\n")
+        _log_commits(self.fault_options, messages)
+        super().commit(messages)
+
+
+def _failing_txn(batches: Iterator[Any], options: dict[str, str]) -> Iterator[Any]:
+    limit = int(options["fail_after_rows"])
+    seen = 0
+    for batch in batches:
+        if seen >= limit:
+            if options.get("fail_hard") == "true":
+                os._exit(3)  # the task's process dies: no except clause, no abort
+            raise InjectedFailure(f"injected failure after {seen} rows")
+        seen += batch.num_rows
+        yield batch
+
+
+class FaultyTxnWriter(StreamTxnWriter):
+    def __init__(self, base: StreamTxnWriter, options: dict[str, str]) -> None:
+        super().__init__(base.job)
+        self.fault_options = options
+
+    def write(self, iterator: Iterator[Any]) -> Any:
+        ctx = TaskContext.get()
+        assert ctx is not None
+        if "fail_after_rows" in self.fault_options and _should_fail(
+            self.fault_options, ctx.partitionId(), ctx.attemptNumber()
+        ):
+            iterator = _failing_txn(iterator, self.fault_options)
+        return super().write(iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        _log_commits(self.fault_options, messages)
         super().commit(messages)
 
 
@@ -123,7 +164,14 @@ class FaultyStreamWriter(SegmentStoreStreamWriter):
         return super().write(iterator)
 
 
-FAULT_KEYS = ("fail_partition", "fail_after_rows", "fail_attempts", "fail_flag", "commit_log")
+FAULT_KEYS = (
+    "fail_partition",
+    "fail_after_rows",
+    "fail_attempts",
+    "fail_flag",
+    "commit_log",
+    "fail_hard",
+)
 
 
 class FaultySegmentStore(SegmentStoreDataSource):
@@ -140,8 +188,10 @@ class FaultySegmentStore(SegmentStoreDataSource):
     def _fault_options(self) -> dict[str, str]:
         return self.fault
 
-    def writer(self, schema: Any, overwrite: bool) -> FaultyWriter:
+    def writer(self, schema: Any, overwrite: bool) -> FaultyWriter | FaultyTxnWriter:
         base = super().writer(schema, overwrite)
+        if isinstance(base, StreamTxnWriter):
+            return FaultyTxnWriter(base, self._fault_options())
         return FaultyWriter(base.job, self._fault_options())
 
     def streamWriter(self, schema: Any, overwrite: bool) -> FaultyStreamWriter:

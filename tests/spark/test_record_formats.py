@@ -77,3 +77,23 @@ def test_damaged_event_and_bad_option_are_named_errors(spark: Any, endpoint: str
             w.write(b"not a kafka message")
     with pytest.raises(Exception, match="event at offset 0"):
         _read(spark, endpoint, seg, "kafka")
+
+
+def test_foreach_partition_writer_honours_record_format(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    from segmentstore_client.spark.foreach import partition_writer
+
+    t0 = dt.datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=UTC)
+    rows = [(b"k%d" % i, f"text-{i}", t0 + dt.timedelta(seconds=i)) for i in range(12)]
+    df = spark.createDataFrame(rows, "key BINARY, value STRING, timestamp TIMESTAMP").coalesce(1)
+    df.foreachPartition(partition_writer(endpoint, seg, record_format="kafka"))
+    with sync.connect(endpoint) as c:
+        stored = [kafka.decode_message(e.data) for e in c.reader(seg)]
+    assert [(m.key, m.value, m.timestamp) for m in stored] == [
+        (k, v.encode(), int(t.timestamp() * 1000)) for k, v, t in rows
+    ]
+    got = _read(spark, endpoint, seg, "kafka")
+    assert [r.value for r in got] == [v.encode() for _, v, _ in rows]
+    with pytest.raises(OptionError, match="recordFormat"):
+        partition_writer(endpoint, seg, record_format="avro")

@@ -29,6 +29,14 @@ Streaming, exactly once per micro-batch::
         .option("segment", "orders-copy/0")
         .option("checkpointLocation", "/tmp/ckpt").start())
 
+Whole streams: ``.option("stream", "scope/stream")`` instead of ``segment`` (batch writes
+in controller transactions, with an optional ``routingKeyColumn``; reads between stream
+cuts; the streaming source and sink over streams)::
+
+    (df.write.format("segmentstore").option("endpoint", ep)
+       .option("stream", "shop/orders").option("routingKeyColumn", "customer")
+       .mode("append").save())
+
 Older Spark: :func:`segmentstore_client.spark.foreach.partition_writer` (at-least-once).
 """
 

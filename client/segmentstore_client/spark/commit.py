@@ -173,7 +173,11 @@ def commit_write(
             report.rows += m.rows
             report.events += m.events
             report.bytes += m.bytes
-    client = (client_factory or open_client)(opts.endpoint, opts.timeouts)
+    client = (
+        client_factory(opts.endpoint, opts.timeouts)
+        if client_factory is not None
+        else open_client(opts.endpoint, opts.timeouts, opts.access)
+    )
     try:
         skipped = bool(msgs) and all(m is not None and m.skipped for m in msgs)
         if skipped and job.marker_scope is not None and not job.marker_scope.startswith("stream|"):
@@ -305,7 +309,11 @@ def abort_write(
             report.rows += m.rows
             report.events += m.events
             report.bytes += m.bytes
-    client = (client_factory or open_client)(opts.endpoint, opts.timeouts)
+    client = (
+        client_factory(opts.endpoint, opts.timeouts)
+        if client_factory is not None
+        else open_client(opts.endpoint, opts.timeouts, opts.access)
+    )
     try:
         _fence(client, job, sorted({opts.target_of(p) for p in range(len(msgs))}))
         if job.staged:

@@ -37,7 +37,16 @@ from .reader import (
     readable_start,
     with_offset_columns,
 )
-from .streaming import SegmentStoreStreamReader, SegmentStoreStreamWriter
+from .stream_read import StreamCutStreamReader
+from .stream_write import (
+    StreamJob,
+    TxnCommit,
+    abort_stream_write,
+    commit_stream_write,
+    prepare_stream,
+    write_stream_partition,
+)
+from .streaming import SegmentStoreStreamReader, SegmentStoreStreamWriter, StreamTxnSink
 from .writer import PartitionCommit, WriteAborted, WriteJob, arrow_groups, write_partition
 
 FORMAT_NAME = "segmentstore"
@@ -47,7 +56,7 @@ def prepare_targets(options: WriteOptions) -> list[str]:
     """On the driver, before any task: create the target segments (``create``, the
     default) or check that they exist, so a wrong endpoint or name fails the write early.
     Returns the targets that already hold data (for ``saveMode``)."""
-    client = open_client(options.endpoint, options.timeouts)
+    client = open_client(options.endpoint, options.timeouts, options.access)
     busy: list[str] = []
     try:
         for seg in options.segments:
@@ -114,6 +123,46 @@ class SegmentStoreWriter(DataSourceArrowWriter):  # type: ignore[misc]
         raise WriteAborted(str(report))
 
 
+class StreamTxnWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    """The batch writer to a stream: a transaction per task attempt, committed on the
+    driver (see :mod:`.stream_write`)."""
+
+    def __init__(self, job: StreamJob) -> None:
+        self.job = job
+
+    def write(self, iterator: Iterator[Any]) -> TxnCommit:
+        """Write this task's rows into a new transaction of the stream."""
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise SegmentStoreError("the segmentstore writer must run inside a Spark task")
+        return write_stream_partition(self.job, ctx.partitionId(), ctx.attemptNumber(), iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Commit every partition's transaction (then the ``writeId`` marker)."""
+        commit_stream_write(self.job, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Abort the reported transactions; raises :class:`WriteAborted` with the report."""
+        raise WriteAborted(abort_stream_write(self.job, messages))
+
+
+def stream_write_job(opts: WriteOptions, schema: StructType, overwrite: bool) -> StreamJob:
+    """The job of a batch write to a stream (append only: see the README)."""
+    if overwrite or opts.save_mode != "append":
+        raise OptionError(
+            "a stream is appended to: .mode('append') without saveMode (overwrite, "
+            "errorifexists and ignore are for segments)"
+        )
+    if opts.atomic:
+        raise OptionError("option 'atomic' is for segments; stream writes are transactions")
+    scope = seq = None
+    if opts.write_id is not None:
+        identity = write_identity(opts.write_id, opts.write_version)
+        scope, seq = marker_of(opts.write_id, opts.write_version, identity)
+    prepare_stream(opts, marker=scope is not None)
+    return StreamJob(opts, schema_json_of(schema), scope, seq or 0)
+
+
 class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
     """``format("segmentstore")``: batch and streaming reads and writes of segments.
 
@@ -148,9 +197,11 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
             if opts.columns is not None:
                 raise OptionError("give either 'schema' or 'columns', not both")
             extra = ", _segment STRING NOT NULL, _offset BIGINT NOT NULL"
+            extra += ", _stream STRING NOT NULL" if opts.stream else ""
             return opts.schema_ddl + (extra if opts.offset_columns else "")
         schema = select_columns(infer_schema(opts), opts.columns)
-        schema = with_offset_columns(schema) if opts.offset_columns else schema
+        if opts.offset_columns:
+            schema = with_offset_columns(schema, opts.stream is not None)
         # Spark pickles this instance after schema() and calls reader() on the copy: a
         # read with this very schema needs no second look at the data to check it.
         self._inferred = schema.json()
@@ -168,11 +219,13 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
             return PushdownReader(opts, schema)
         return SegmentStoreReader(opts, schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> SegmentStoreWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> SegmentStoreWriter | StreamTxnWriter:
         """The batch writer of one run of a write (identity and run fixed here, on the
         driver). ``mode("overwrite")`` stages the write and replaces the targets'
         contents atomically on commit (see :mod:`.commit`)."""
         opts = WriteOptions.parse(self.options)
+        if opts.stream is not None:
+            return StreamTxnWriter(stream_write_job(opts, schema, overwrite))
         if overwrite and opts.save_mode != "append":
             raise OptionError("saveMode applies to .mode('append') writes, not to overwrite")
         busy = prepare_targets(opts)
@@ -194,17 +247,32 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
         )
         return SegmentStoreWriter(job)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> SegmentStoreStreamWriter:
+    def streamWriter(
+        self, schema: StructType, overwrite: bool
+    ) -> SegmentStoreStreamWriter | StreamTxnSink:
         """The streaming sink (exactly once per micro-batch)."""
         if overwrite:
             raise OptionError("the segmentstore sink appends; use outputMode('append')")
         opts = WriteOptions.parse(self.options)
         if opts.save_mode != "append":
             raise OptionError("saveMode applies to batch writes; a streaming sink appends")
+        if opts.stream is not None:
+            if opts.atomic or opts.write_id is not None:
+                raise OptionError("a streaming sink to a stream takes no 'atomic' or 'writeId'")
+            prepare_stream(opts, marker=True)
+            return StreamTxnSink(opts, schema_json_of(schema))
         prepare_targets(opts)
         return SegmentStoreStreamWriter(opts, schema_json_of(schema))
 
-    def streamReader(self, schema: StructType) -> SegmentStoreStreamReader:
-        """The streaming source (tails the segments)."""
+    def streamReader(self, schema: StructType) -> SegmentStoreStreamReader | StreamCutStreamReader:
+        """The streaming source (tails the segments, or a stream by stream cuts)."""
         opts = ReadOptions.parse(self.options)
+        if opts.stream is not None:
+            if opts.start_cut or opts.end_cut or opts.max_bytes_per_trigger is not None:
+                raise OptionError(
+                    "a streaming read of a stream starts at 'startingOffsets' (earliest, "
+                    "latest or a stream cut) and reads to the tail; the stream cut and "
+                    "maxBytesPerTrigger options are not for it"
+                )
+            return StreamCutStreamReader(opts, schema)
         return SegmentStoreStreamReader(opts, schema, opts.max_bytes_per_trigger)

@@ -42,7 +42,7 @@ def _o(name: str, applies: str, default: str, doc: str, *aliases: str) -> Option
 
 
 OPTIONS: Final[tuple[Option, ...]] = (
-    _o("endpoint", "both", "required", "`tcp://host:port` of the segment store"),
+    _o("endpoint", "both", "required", "`tcp://host:port` (or `tls://`) of the segment store"),
     _o("segment", "both", "required", "the segment (or give `segments`)", "path"),
     _o(
         "segments",
@@ -50,6 +50,58 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "-",
         "comma-separated segments; a write sends partition p to `segments[p % n]`",
     ),
+    _o(
+        "stream",
+        "both",
+        "-",
+        "`scope/stream`: a whole stream instead of segments (through the controller); "
+        "writes are one controller transaction per task attempt, committed by the driver",
+    ),
+    _o(
+        "controller",
+        "both",
+        "endpoint's host, port 9090",
+        "`tcp://host:port` of the controller (streams; fetching delegation tokens)",
+    ),
+    _o(
+        "routingKeyColumn",
+        "write",
+        "none",
+        "stream writes: a string or binary column whose value routes each row as the "
+        "official clients route a routing key (binary as Latin-1); null keys spread",
+        "routing_key_column",
+    ),
+    _o(
+        "startStreamCut",
+        "read",
+        "head",
+        "stream batch reads: the stream cut (JSON of `StreamCut.to_json()`) to start at",
+        "start_stream_cut",
+    ),
+    _o(
+        "endStreamCut",
+        "read",
+        "tail",
+        "stream batch reads: the stream cut to stop at (default: the tail at planning)",
+        "end_stream_cut",
+    ),
+    _o(
+        "credentials",
+        "both",
+        "none",
+        "`user:password`, or a static token (no colon): the SDK's `credentials=`, for "
+        "every driver and executor connection (add `credentials` to "
+        "`spark.redaction.regex` to keep it out of plans and logs)",
+    ),
+    _o("tlsCaFile", "both", "system", "CA bundle (PEM) a `tls://` endpoint is checked against"),
+    _o(
+        "tlsVerify",
+        "both",
+        "true",
+        "`false` skips certificate and host name checks (Pravega's disable_cert_verification)",
+    ),
+    _o("tlsCertFile", "both", "none", "client certificate (PEM) for mutual TLS"),
+    _o("tlsKeyFile", "both", "none", "the client certificate's key (PEM)"),
     _o(
         "timeout",
         "both",

@@ -134,6 +134,35 @@ def parse_segments(options: Mapping[str, str]) -> tuple[str, ...]:
     return names
 
 
+def parse_stream(options: Mapping[str, str]) -> str | None:
+    """The ``stream`` option (``scope/stream``), or None; refuses it beside
+    ``segment``/``segments`` with one line.
+
+    Example::
+
+        parse_stream({"stream": "shop/orders"})   # 'shop/orders'
+    """
+    raw = _get(options, "stream")
+    if raw is None:
+        return None
+    if _get(options, "segment") is not None or _get(options, "segments") is not None:
+        raise OptionError("give either 'stream' or 'segment'/'segments', not both")
+    from ..streams.controller_client import split_stream
+
+    try:
+        split_stream(raw.strip())
+    except ValueError as e:
+        raise OptionError(f"option 'stream': {e}") from None
+    return raw.strip()
+
+
+def parse_targets(options: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """``(segments, stream)``: the segments of ``segment``/``segments``, or ``()`` and the
+    ``stream`` option's ``scope/stream``."""
+    stream = parse_stream(options)
+    return ((), stream) if stream is not None else (parse_segments(options), None)
+
+
 def parse_endpoint(options: Mapping[str, str]) -> str:
     """The ``endpoint`` option (``tcp://host:port``), checked for shape."""
     raw = _get(options, "endpoint")
@@ -164,6 +193,56 @@ class Timeouts:
 
 
 @dataclass(frozen=True, slots=True)
+class Access:
+    """How every driver and executor connection reaches the store and the controller:
+    the ``controller``, ``credentials`` and ``tls*`` options (see
+    :data:`~.option_table.OPTIONS`), handed to the SDK's ``connect``."""
+
+    controller: str = ""
+    credentials: tuple[str, str] | str | None = None
+    tls_ca_file: str = ""
+    tls_verify: bool = True
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> Access:
+        """From canonical options. Example: ``Access.parse({"credentials": "ann:pw"})``"""
+        creds: tuple[str, str] | str | None = None
+        raw = _get(options, "credentials")
+        if raw is not None:
+            if not raw:
+                raise OptionError("option 'credentials' must not be empty")
+            user, colon, password = raw.partition(":")
+            creds = (user, password) if colon else raw
+            if colon and not user:
+                raise OptionError("option 'credentials' is 'user:password'; the user is empty")
+        controller = (_get(options, "controller") or "").strip()
+        if controller:
+            from ..connection import Endpoint
+
+            try:
+                Endpoint.parse(controller)
+            except ValueError as e:
+                raise OptionError(f"option 'controller': {e}") from None
+        cert, key = _get(options, "tlsCertFile") or "", _get(options, "tlsKeyFile") or ""
+        if bool(cert) != bool(key):
+            raise OptionError("give both 'tlsCertFile' and 'tlsKeyFile', or neither")
+        for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile"):
+            path = _get(options, name)
+            if path and not os.path.isfile(path):
+                raise OptionError(f"option {name!r}: no such file {path!r}")
+        return cls(
+            controller=controller,
+            credentials=creds,
+            tls_ca_file=_get(options, "tlsCaFile") or "",
+            tls_verify=_bool(options, "tlsVerify", True),
+            tls_cert_file=cert,
+            tls_key_file=key,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WriteOptions:
     """Parsed options of ``df.write.format("segmentstore")`` and ``writeStream``; the
     options, their aliases and defaults are the rows of
@@ -182,6 +261,9 @@ class WriteOptions:
     write_version: int | None = None
     save_mode: str = "append"
     record_format: str | None = None
+    access: Access = Access()
+    stream: str | None = None
+    routing_key_column: str | None = None
 
     @property
     def timeout(self) -> float:
@@ -209,9 +291,18 @@ class WriteOptions:
             raise OptionError("option 'writeVersion' needs 'writeId' (the application id)")
         encoding = _choice(opts, "encoding", "arrow", ENCODINGS)
         record_format = _record_format(opts)
+        segments, stream = parse_targets(opts)
+        key_column = _get(opts, "routingKeyColumn")
+        if key_column is not None and stream is None:
+            raise OptionError("option 'routingKeyColumn' needs 'stream' (segments have no keys)")
+        if stream is not None and record_format is not None:
+            raise OptionError("option 'recordFormat' is for segments; a stream stores rows")
         return cls(
             endpoint=parse_endpoint(opts),
-            segments=parse_segments(opts),
+            segments=segments,
+            stream=stream,
+            routing_key_column=None if key_column is None else key_column.strip(),
+            access=Access.parse(opts),
             write_id=write_id.strip() if write_id is not None else None,
             atomic=_bool(opts, "atomic", False),
             encoding=encoding,
@@ -259,6 +350,10 @@ class ReadOptions:
     min_partitions: int = 1
     filter_pushdown: bool = False
     record_format: str | None = None
+    access: Access = Access()
+    stream: str | None = None
+    start_cut: str | None = None
+    end_cut: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -276,9 +371,22 @@ class ReadOptions:
         columns = None if cols is None else tuple(c.strip() for c in cols.split(",") if c.strip())
         if columns is not None and not columns:
             raise OptionError("option 'columns' names no column")
+        segments, stream = parse_targets(opts)
+        cuts = {n: _get(opts, n) for n in ("startStreamCut", "endStreamCut")}
+        for name, cut in cuts.items():
+            if cut is not None and stream is None:
+                raise OptionError(f"option {name!r} needs 'stream'")
+            if cut is not None:
+                _check_cut(name, cut, stream)
+        if stream is not None and (start is not None or end is not None):
+            raise OptionError("startOffset/endOffset are for segments; a stream takes stream cuts")
         return cls(
             endpoint=parse_endpoint(opts),
-            segments=parse_segments(opts),
+            segments=segments,
+            stream=stream,
+            start_cut=cuts["startStreamCut"],
+            end_cut=cuts["endStreamCut"],
+            access=Access.parse(opts),
             output=_choice(opts, "output", "rows", OUTPUTS),
             schema_ddl=_get(opts, "schema"),
             offset_columns=_bool(opts, "offsetColumns", False),
@@ -297,6 +405,17 @@ class ReadOptions:
             filter_pushdown=_bool(opts, "filterPushdown", False),
             record_format=_record_format(opts),
         )
+
+
+def _check_cut(name: str, text: str, stream: str | None) -> None:
+    from ..streams.stream_cut import StreamCut
+
+    try:
+        cut = StreamCut.from_json(text)
+    except ValueError as e:
+        raise OptionError(f"option {name!r}: {e}") from None
+    if cut.stream != stream:
+        raise OptionError(f"option {name!r} is a cut of {cut.stream!r}, not of {stream!r}")
 
 
 def _record_format(options: Mapping[str, str]) -> str | None:

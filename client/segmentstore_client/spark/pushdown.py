@@ -36,8 +36,16 @@ _END: Final = 1 << 62
 class _BoundedDecoder(EventDecoder):
     """Decodes only the events whose offsets lie in ``[lo, hi)``."""
 
-    def __init__(self, output: str, schema: Any, lo: int, hi: int) -> None:
-        super().__init__(output, schema)
+    def __init__(
+        self,
+        output: str,
+        schema: Any,
+        lo: int,
+        hi: int,
+        record_format: str | None = None,
+        stream: str | None = None,
+    ) -> None:
+        super().__init__(output, schema, record_format, stream)
         self.lo, self.hi = lo, hi
 
     def decode(self, segment: str, events: Sequence[Event]) -> Iterator[pa.RecordBatch]:
@@ -107,5 +115,8 @@ class PushdownReader(SegmentStoreReader):
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         """The batches of one range, events outside the bounds skipped undecoded."""
-        decoder = _BoundedDecoder(self.options.output, self.schema, self.lo, self.hi)
-        return read_range(self.options, decoder, partition)
+        opts = self.options
+        decoder = _BoundedDecoder(
+            opts.output, self.schema, self.lo, self.hi, opts.record_format, opts.stream
+        )
+        return read_range(opts, decoder, partition)

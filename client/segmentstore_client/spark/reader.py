@@ -61,7 +61,7 @@ from .raw import plan_ranges
 log = logging.getLogger("segmentstore_client.spark")
 
 READ_SIZE: Final = 4 * 1024 * 1024
-OFFSET_COLUMNS: Final = ("_segment", "_offset")
+OFFSET_COLUMNS: Final = ("_segment", "_offset", "_stream")
 
 RAW_SCHEMA: Final = StructType(
     [
@@ -101,21 +101,22 @@ class SegmentRange(InputPartition):  # type: ignore[misc]
     end: int
 
 
-def with_offset_columns(schema: StructType) -> StructType:
-    """``schema`` plus the ``_segment`` and ``_offset`` columns (if not already there)."""
+def with_offset_columns(schema: StructType, stream: bool = False) -> StructType:
+    """``schema`` plus the ``_segment`` and ``_offset`` columns (and ``_stream`` for a
+    stream read), if not already there."""
     fields = [f for f in schema.fields if f.name not in OFFSET_COLUMNS]
-    return StructType(
-        [
-            *fields,
-            StructField("_segment", StringType(), False),
-            StructField("_offset", LongType(), False),
-        ]
-    )
+    extra = [
+        StructField("_segment", StringType(), False),
+        StructField("_offset", LongType(), False),
+    ]
+    if stream:
+        extra.append(StructField("_stream", StringType(), False))
+    return StructType([*fields, *extra])
 
 
 def connect(options: ReadOptions) -> SyncClient:
     """A blocking SDK client for ``options.endpoint``, bounded by the read's timeouts."""
-    return open_client(options.endpoint, options.timeouts)
+    return open_client(options.endpoint, options.timeouts, options.access)
 
 
 # --- decoding ----------------------------------------------------------------------------
@@ -130,8 +131,15 @@ class EventDecoder:
         for batch in dec.decode("orders/0", events): ...
     """
 
-    def __init__(self, output: str, schema: StructType, record_format: str | None = None) -> None:
+    def __init__(
+        self,
+        output: str,
+        schema: StructType,
+        record_format: str | None = None,
+        stream: str | None = None,
+    ) -> None:
         self.output = output
+        self.stream = stream or ""
         self.record_format = record_format
         self.schema = schema
         self.target = spark_arrow_schema(schema)
@@ -218,6 +226,8 @@ class EventDecoder:
                 cols.append(pa.array([segment] * n, f.type))
             elif f.name == "_offset" and "_offset" in self._extra:
                 cols.append(pa.array([offset] * n, f.type))
+            elif f.name == "_stream" and "_stream" in self._extra:
+                cols.append(pa.array([self.stream] * n, f.type))
             else:
                 cols.append(next(data))
         return pa.RecordBatch.from_arrays(cols, schema=self.target)
@@ -300,41 +310,68 @@ def readable_start(client: SyncClient, segment: str, info: SegmentInfo) -> int:
     return max(info.start_offset, base or 0)
 
 
-def plan_partitions(options: ReadOptions) -> list[SegmentRange]:
-    """The read's partitions: each segment's readable range, cut at event boundaries
-    into pieces of at most ``partitionBytes``, and small enough that there are at least
-    ``minPartitions`` of them when the data allows (pieces of at least 1 MiB).
+Span = tuple[str, int, int]
+"""``(segment, start offset, end offset)``: what a read covers of one segment."""
 
-    Example::
 
-        plan_partitions(ReadOptions.parse({"endpoint": ep, "segment": "s"}))
-    """
+def segment_spans(options: ReadOptions, client: SyncClient) -> list[Span]:
+    """The readable range of every segment of a read (or of every segment of its stream
+    between its stream cuts, see :mod:`.stream_read`)."""
+    if options.stream is not None:
+        from .stream_read import stream_spans
+
+        return stream_spans(options)
+    spans: list[Span] = []
+    for seg in options.segments:
+        info = client.segment_info(seg)
+        start = max(readable_start(client, seg, info), options.start_offset or 0)
+        end = info.length if options.end_offset is None else min(info.length, options.end_offset)
+        if end > start:
+            spans.append((seg, start, end))
+    return spans
+
+
+def cut_spans(
+    options: ReadOptions, spans: list[Span], client: SyncClient | None = None
+) -> list[SegmentRange]:
+    """``spans`` cut at event boundaries into pieces of at most ``partitionBytes``, and
+    small enough that there are at least ``minPartitions`` of them when the data allows
+    (pieces of at least 1 MiB)."""
+    total = sum(end - start for _, start, end in spans)
+    piece = min(
+        options.partition_bytes,
+        max(MIN_PARTITION_BYTES, -(-total // options.min_partitions)),
+    )
     parts: list[SegmentRange] = []
-    client = connect(options)
+    own = client is None and any(end - start > piece for _, start, end in spans)
+    if own:
+        client = connect(options)
     try:
-        spans: list[tuple[str, int, int]] = []
-        for seg in options.segments:
-            info = client.segment_info(seg)
-            start = max(readable_start(client, seg, info), options.start_offset or 0)
-            end = (
-                info.length if options.end_offset is None else min(info.length, options.end_offset)
-            )
-            if end > start:
-                spans.append((seg, start, end))
-        total = sum(end - start for _, start, end in spans)
-        piece = min(
-            options.partition_bytes,
-            max(MIN_PARTITION_BYTES, -(-total // options.min_partitions)),
-        )
         for seg, start, end in spans:
-            if end - start <= piece:
+            if end - start <= piece or client is None:
                 parts.append(SegmentRange(seg, start, end))
                 continue
             for a, b in plan_ranges(client, seg, start, end, piece):
                 parts.append(SegmentRange(seg, a, b))
     finally:
-        client.close()
+        if own and client is not None:
+            client.close()
     return parts
+
+
+def plan_partitions(options: ReadOptions) -> list[SegmentRange]:
+    """The read's partitions: each segment's readable range (:func:`segment_spans`), cut
+    by :func:`cut_spans`.
+
+    Example::
+
+        plan_partitions(ReadOptions.parse({"endpoint": ep, "segment": "s"}))
+    """
+    client = connect(options)
+    try:
+        return cut_spans(options, segment_spans(options, client), client)
+    finally:
+        client.close()
 
 
 def infer_schema(options: ReadOptions) -> StructType:
@@ -348,11 +385,7 @@ def infer_schema(options: ReadOptions) -> StructType:
     """
     client = connect(options)
     try:
-        for seg in options.segments:
-            info = client.segment_info(seg)
-            start = max(readable_start(client, seg, info), options.start_offset or 0)
-            if info.length <= start:
-                continue
+        for seg, start, _end in segment_spans(options, client):
             reader = client.reader(seg, start, read_size=64 * 1024)
             try:
                 events = reader.read_batch()
@@ -363,8 +396,9 @@ def infer_schema(options: ReadOptions) -> StructType:
             return schema_of_event(seg, events[0])
     finally:
         client.close()
+    what = options.stream or ", ".join(options.segments)
     raise CodecError(
-        f"cannot infer a schema: {', '.join(options.segments)} hold no events; give one "
+        f"cannot infer a schema: {what} hold no events; give one "
         "with spark.read.schema(...) or .option('schema', 'a INT, b STRING')"
     )
 
@@ -420,5 +454,6 @@ class SegmentStoreReader(DataSourceReader):  # type: ignore[misc]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         """Arrow batches of one partition."""
-        decoder = EventDecoder(self.options.output, self.schema, self.options.record_format)
-        return read_range(self.options, decoder, partition)
+        opts = self.options
+        decoder = EventDecoder(opts.output, self.schema, opts.record_format, opts.stream)
+        return read_range(opts, decoder, partition)

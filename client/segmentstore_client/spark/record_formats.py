@@ -13,6 +13,7 @@ raises the format's named error with its segment and offset.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
@@ -91,6 +92,12 @@ def _bytes(v: Any) -> bytes | None:
     return v.encode() if isinstance(v, str) else v
 
 
+def _encode(fmt: Any, k: Any, v: Any, t: Any, h: Any) -> FormatGroup:
+    hd = {str(n): _bytes(x) or b"" for n, x in (h.items() if isinstance(h, dict) else h or [])}
+    row = formats.Columns(_bytes(k), _bytes(v), None if t is None else int(t), hd)
+    return FormatGroup(fmt.encode_columns(row))
+
+
 def format_groups(batches: Iterable[pa.RecordBatch], fmt_name: str) -> Iterator[Group]:
     """One :class:`FormatGroup` per row of ``batches``."""
     fmt = formats.get(fmt_name)
@@ -98,8 +105,27 @@ def format_groups(batches: Iterable[pa.RecordBatch], fmt_name: str) -> Iterator[
         keys, values = _column(b, "key"), _column(b, "value")
         stamps, headers = _column(b, "timestamp"), _column(b, "headers")
         for k, v, t, h in zip(keys, values, stamps, headers, strict=True):
-            hd = {
-                str(n): _bytes(x) or b"" for n, x in (h.items() if isinstance(h, dict) else h or [])
-            }
-            row = formats.Columns(_bytes(k), _bytes(v), None if t is None else int(t), hd)
-            yield FormatGroup(fmt.encode_columns(row))
+            yield _encode(fmt, k, v, t, h)
+
+
+def _millis(t: Any) -> int | None:
+    if t is None or isinstance(t, int):
+        return t
+    if isinstance(t, datetime.datetime):  # Spark hands timestamps over as local time
+        return int(t.timestamp() * 1000)
+    raise TypeError(f"column 'timestamp' must be a timestamp or milliseconds, not {t!r}")
+
+
+def format_row_groups(rows: Iterable[Any], fmt_name: str) -> Iterator[Group]:
+    """One :class:`FormatGroup` per Spark ``Row`` (``foreachPartition``), from its
+    ``key, value, timestamp, headers`` fields (each optional).
+
+    Example::
+
+        groups = format_row_groups(iter([Row(key=b"k", value=b"v")]), "kafka")
+    """
+    fmt = formats.get(fmt_name)
+    for r in rows:
+        d = r.asDict() if hasattr(r, "asDict") else dict(r)
+        yield _encode(fmt, d.get("key"), d.get("value"), _millis(d.get("timestamp")),
+                      d.get("headers"))  # fmt: skip

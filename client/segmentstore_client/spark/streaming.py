@@ -59,6 +59,13 @@ from .commit import abort_write, commit_write
 from .options import OptionError, ReadOptions, WriteOptions, stream_identity
 from .raw import next_boundary
 from .reader import EventDecoder, SegmentRange, connect, read_range, readable_start
+from .stream_write import (
+    StreamJob,
+    TxnCommit,
+    abort_stream_write,
+    commit_stream_write,
+    write_stream_partition,
+)
 from .writer import (
     PartitionCommit,
     WriteAborted,
@@ -116,17 +123,7 @@ class SegmentStoreStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-ty
 
     def write(self, iterator: Iterator[Any]) -> PartitionCommit:
         """Write this task's share of the micro-batch."""
-        ctx = TaskContext.get()
-        if ctx is None:
-            raise SegmentStoreError("the streaming sink must run inside a Spark task")
-        query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
-        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
-        if not query_id or batch is None:
-            raise SegmentStoreError(
-                "no streaming query id / batch id in the task's properties: the segmentstore "
-                "sink supports micro-batch queries (not continuous processing)"
-            )
-        batch_id = int(batch)
+        ctx, query_id, batch_id = _query_and_batch()
         job = stream_job(self.options, self.schema_json, query_id, batch_id, self.run)
         opts = self.options
 
@@ -171,6 +168,68 @@ class SegmentStoreStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-ty
             return
         report = abort_write(job, messages)
         raise WriteAborted(str(report))
+
+
+def _query_and_batch() -> tuple[Any, str, int]:
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise SegmentStoreError("the streaming sink must run inside a Spark task")
+    query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+    batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query_id or batch is None:
+        raise SegmentStoreError(
+            "no streaming query id / batch id in the task's properties: the segmentstore "
+            "sink supports micro-batch queries (not continuous processing)"
+        )
+    return ctx, query_id, int(batch)
+
+
+class StreamTxnSink(_StreamWriterBase):  # type: ignore[misc,valid-type]
+    """The streaming sink to a stream: each micro-batch partition writes a transaction,
+    committed by the driver once per batch id; a batch at or below the query's marker
+    (already committed) writes nothing (see :mod:`.stream_write`).
+
+    Example::
+
+        (df.writeStream.format("segmentstore").option("endpoint", ep)
+            .option("stream", "shop/copy").option("checkpointLocation", ckpt).start())
+    """
+
+    def __init__(self, options: WriteOptions, schema_json: str) -> None:
+        self.options = options
+        self.schema_json = schema_json
+
+    def job(self, query_id: str, batch_id: int) -> StreamJob:
+        """The job of one micro-batch (the query's marker scope at the batch id)."""
+        return StreamJob(self.options, self.schema_json, f"stream|{query_id}", batch_id)
+
+    def write(self, iterator: Iterator[Any]) -> TxnCommit:
+        """Write this task's share of the micro-batch into a transaction."""
+        if not ARROW_STREAM_WRITER:  # pragma: no cover - Spark 4.0
+            raise SegmentStoreError("a streaming sink to a stream needs Spark >= 4.1")
+        ctx, query_id, batch_id = _query_and_batch()
+        return write_stream_partition(
+            self.job(query_id, batch_id),
+            ctx.partitionId(),
+            ctx.attemptNumber(),
+            iterator,
+            query_id=query_id,
+            batch_id=batch_id,
+        )
+
+    def _job_of(self, messages: list[WriterCommitMessage | None], batch_id: int) -> StreamJob:
+        for m in messages:
+            if isinstance(m, TxnCommit) and m.query_id:
+                return self.job(m.query_id, batch_id)
+        return StreamJob(self.options, self.schema_json)  # nothing reported: no marker
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Commit micro-batch ``batchId``'s transactions, then raise the marker."""
+        commit_stream_write(self._job_of(messages, batchId), messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Abort micro-batch ``batchId``'s transactions (a replay writes new ones)."""
+        raise WriteAborted(abort_stream_write(self._job_of(messages, batchId), messages))
 
 
 class SegmentStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]

@@ -361,7 +361,11 @@ def write_partition(
     msg = PartitionCommit(
         partition, attempt, target, dest, str(wid), query_id=query_id, batch_id=batch_id
     )
-    client = (client_factory or open_client)(opts.endpoint, opts.timeouts)
+    client = (
+        client_factory(opts.endpoint, opts.timeouts)
+        if client_factory is not None
+        else open_client(opts.endpoint, opts.timeouts, opts.access)
+    )
     writer: SyncEventWriter | None = None
     try:
         if _marker_reached(client, target, job):

@@ -46,6 +46,7 @@ class Transaction:
         self.id = uuid.UUID(txn_suffix(self.high, self.low).split(".")[1])
         ranges = [KeyRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in reply.activeSegments]
         self._ranges = KeyRanges(ranges)
+        self._key_ranges = ranges
         self._writers: dict[int, EventWriter] = {}
         self._writer_id = writer_id
         self.state = "open"
@@ -72,6 +73,19 @@ class Transaction:
             raise WriterClosed(f"transaction {self.id} is {self.state}")
         h = random.random() if routing_key is None else key_hash(routing_key)
         await self._writer(self._ranges.route(h)).write(data)
+
+    @property
+    def key_ranges(self) -> list[KeyRange]:
+        """The transaction's segments and their key ranges (its epoch's, fixed at ``begin``)."""
+        return list(self._key_ranges)
+
+    async def flush(self) -> None:
+        """Wait until every event written so far is durable in the transaction's segments
+        (still invisible to readers until ``commit``)."""
+        if self.state != "open":
+            raise WriterClosed(f"transaction {self.id} is {self.state}")
+        for w in self._writers.values():
+            await w.flush()
 
     async def commit(self) -> None:
         """Make every event durable, then merge them into the stream (all or none)."""
