@@ -14,10 +14,10 @@ import binascii
 import datetime
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from segmentstore_client import Position, records
+from segmentstore_client import Position, formats, records
 
 from ._cli import CliError, Exit, printable
 
@@ -80,6 +80,28 @@ def record_json(offset: int, data: bytes) -> str:
         ) from None
     d = {"offset": offset, **rec.to_dict()}
     return json.dumps(d, separators=(",", ":"))
+
+
+def format_json(name: str) -> Callable[[int, bytes], str]:
+    """A renderer of events in the registry's format ``name`` (``cat --format kafka``):
+    the record's JSON form with ``offset`` set to the event's segment offset; an event of another format is a
+    :class:`CliError` (bad data), a format that cannot load one (a missing package)."""
+
+    def line(offset: int, data: bytes) -> str:
+        try:
+            fmt = formats.get(name)
+        except ImportError as e:
+            raise CliError(f"the {name} format is not available: {e}", Exit.FAILED) from None
+        try:
+            rec = fmt.decode(data)
+        except ValueError as e:
+            raise CliError(
+                f"event at offset {offset} is not a valid {name} record: {e}", Exit.BAD_DATA
+            ) from None
+        # The segment offset wins over a record's own (a bare Kafka message's is 0).
+        return json.dumps({**fmt.to_dict(rec), "offset": offset}, separators=(",", ":"))
+
+    return line
 
 
 def event_from_json(line: str | bytes, where: str) -> bytes:
