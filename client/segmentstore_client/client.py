@@ -352,16 +352,17 @@ class Client(StreamAdmin):
             self, name, streams, start, reader_timeout=reader_timeout, sync_interval=sync_interval
         )
 
-    def events(self, scope: str, *, partitions: int = 1) -> EventBus:
-        """Request/reply with namespaced events over the segments of ``scope``: an
-        emitter and a handler registry (see :mod:`segmentstore_client.eventbus`).
+    def events(self, scope: str, *, partitions: int = 1, **options: Any) -> EventBus:
+        """Request/reply with namespaced events over the segments of ``scope``, or over
+        streams with ``over="streams"``: an emitter and a handler registry (``options``
+        as :class:`~segmentstore_client.eventbus.EventBus` takes them).
 
         Example::
 
-            async with client.events("shop") as bus:
+            async with client.events("shop", over="streams") as bus:
                 reply = await bus.emit("price", b"sku-1", namespace="catalog")
         """
-        return EventBus(self, scope, partitions=partitions)
+        return EventBus(self, scope, partitions=partitions, **options)
 
     def table(self, name: str) -> Table:
         """A handle on the table ``name`` (no request is sent until it is used).

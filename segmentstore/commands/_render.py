@@ -14,10 +14,10 @@ import binascii
 import datetime
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from segmentstore_client import Position, records
+from segmentstore_client import Position, formats
 
 from ._cli import CliError, Exit, printable
 
@@ -69,17 +69,31 @@ def event_json(offset: int, data: bytes) -> str:
     return json.dumps(event_dict(offset, data), separators=(",", ":"))
 
 
-def record_json(offset: int, data: bytes) -> str:
-    """A record-envelope event as one JSON line (``--format records``); raises
-    :class:`CliError` (bad data) for an event that is not a valid record."""
-    try:
-        rec = records.decode(data)
-    except ValueError as e:
-        raise CliError(
-            f"event at offset {offset} is not a valid record: {e}", Exit.BAD_DATA
-        ) from None
-    d = {"offset": offset, **rec.to_dict()}
-    return json.dumps(d, separators=(",", ":"))
+def format_json(name: str, what: str = "") -> Callable[[int, bytes], str]:
+    """A renderer of events in the registry's format ``name`` (``cat --format kafka``):
+    one JSON line, the record's JSON form with ``offset`` (first) set to the event's
+    segment offset. An event that is not ``what`` (default "a valid <name> record") is a
+    :class:`CliError` (bad data); a format that cannot load, one (failed)."""
+    what = what or f"a valid {name} record"
+
+    def line(offset: int, data: bytes) -> str:
+        try:
+            fmt = formats.get(name)
+        except ImportError as e:
+            raise CliError(f"the {name} format is not available: {e}", Exit.FAILED) from None
+        try:
+            rec = fmt.decode(data)
+        except ValueError as e:
+            raise CliError(f"event at offset {offset} is not {what}: {e}", Exit.BAD_DATA) from None
+        d = {"offset": offset, **fmt.to_dict(rec)}
+        d["offset"] = offset  # the segment offset wins over a record's own (Kafka's is 0)
+        return json.dumps(d, separators=(",", ":"))
+
+    return line
+
+
+record_json = format_json("records", "a valid record")
+"""A record-envelope event as one JSON line (``--format records``)."""
 
 
 def event_from_json(line: str | bytes, where: str) -> bytes:

@@ -3,7 +3,8 @@
 Contract: output goes to stdout in batches (one write and flush per batch the reader
 returns, so ``tail -f`` shows an event as soon as it is read); formats are ``text``
 (safe one-line rendering), ``json`` (offset, length, next_offset, data or data_b64),
-``records`` (the record envelope as JSON) and ``raw`` (bytes as stored, each followed by
+``records`` (the record envelope as JSON), ``kafka`` / ``events`` / ``databus`` (that
+exact format decoded, as JSON) and ``raw`` (bytes as stored, each followed by
 ``--delimiter``). A follower ends when the segment is sealed.
 """
 
@@ -27,7 +28,7 @@ from ._cli import (
     status,
     write_all,
 )
-from ._render import event_json, parse_from, record_json, text_line
+from ._render import event_json, format_json, parse_from, record_json, text_line
 
 # Formats that render an event (offset, payload) as one line of text. An exact format of
 # another system (the formats package's seeds) plugs in here with one entry.
@@ -35,6 +36,7 @@ LINE_FORMATS: dict[str, Callable[[int, bytes], str]] = {
     "text": lambda offset, data: text_line(data),
     "json": event_json,
     "records": record_json,
+    **{name: format_json(name) for name in ("kafka", "events", "databus")},
 }
 FORMATS = (*LINE_FORMATS, "raw")
 FOLLOW_RECONNECT_S = 60.0  # a follower rides out a server restart this long
@@ -46,7 +48,8 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         choices=FORMATS,
         default="text",
         help="text: one safe line per event (default); json: JSON lines; records: decode "
-        "record envelopes; raw: bytes as stored",
+        "record envelopes; kafka, events, databus: decode that format, as JSON lines; "
+        "raw: bytes as stored",
     )
     p.add_argument("--json", action="store_true", help="same as --format json")
     p.add_argument(

@@ -14,7 +14,7 @@ CASES = {
     "segmentstore se": "serve segment",
     "segmentstore segment t": "truncate tail",
     "segmentstore segment cat demo/0 --fo": "--follow --format",
-    "segmentstore segment cat demo/0 --format ''": "text json records raw",
+    "segmentstore segment cat demo/0 --format ''": "text json records kafka events databus raw",
     "segmentstore table ''": "create get put rm ls info delete",
     "segmentstore --debug segment tail demo/0 --li": "--lines",
     "segmentstore health --no": "--no-metrics",
@@ -60,6 +60,6 @@ def test_zsh_runs_the_script_through_bashcompinit() -> None:
         ["zsh", "-f", "-c", r.stdout.decode() + probe], capture_output=True, timeout=30, check=True
     )
     lines = out.stdout.decode().splitlines()
-    assert lines[0] == "text json records raw"
+    assert lines[0] == "text json records kafka events databus raw"
     assert lines[1] == "create get put rm ls info delete"
     assert "--lines" in lines[2].split() and "--follow" in lines[2].split()

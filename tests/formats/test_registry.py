@@ -12,7 +12,7 @@ import pytest
 import segmentstore_client as sc
 from segmentstore_client import formats, records, sync
 from segmentstore_client.formats import events, kafka
-from segmentstore_client.formats.errors import CrcMismatch
+from segmentstore_client.formats.errors import CrcMismatch, DamagedEvent
 
 if TYPE_CHECKING:
     from conftest import ServerProcess  # tests/conftest.py
@@ -143,8 +143,9 @@ async def test_damaged_event_is_a_named_error(fclient: sc.Client, fsegment: str)
         await w.write(bytes(bad))
     r = fclient.reader(fsegment, format="kafka")
     assert (await r.__anext__()).value == b"value"
-    with pytest.raises(CrcMismatch):
+    with pytest.raises(DamagedEvent) as caught:
         await r.__anext__()
+    assert isinstance(caught.value.cause, CrcMismatch) and caught.value.offset == 8 + len(good)
     await r.close()
 
 

@@ -16,18 +16,10 @@ Built-in names: ``kafka`` (one Kafka message per event, magic 1 unless ``magic=0
 :mod:`segmentstore_client.records`), ``databus``. Modules are imported when a name is
 first asked for, never when this package is imported; :func:`register` adds a name.
 
-The Databus interface (the module ``segmentstore_client.formats.databus`` is written
-separately; this registry adapts to it by name, lazily):
-
-- ``databus.encode(value, key=None, **fields) -> bytes``: one binary event;
-- ``databus.decode(payload: bytes) -> event``: the event, raising a ``ValueError``
-  subclass on damaged input;
-- JSON: ``event.to_dict()`` if the event has it, else ``databus.to_dict(event)``, else
-  ``json.loads(databus.to_json(event))``.
-
 A format object must offer ``name``, ``encode(value, key=None, **fields) -> bytes``,
-``encode_record(record) -> bytes``, ``decode(payload) -> record`` and
-``to_dict(record) -> dict`` (JSON-ready); :class:`RecordFormat` is the base to extend.
+``encode_record(record) -> bytes``, ``decode(payload) -> record``,
+``to_dict(record) -> dict`` (JSON-ready) and, to read JSON back, ``from_dict(dict) ->
+record``; :class:`RecordFormat` is the base to extend.
 """
 
 from __future__ import annotations
@@ -86,6 +78,11 @@ class RecordFormat(abc.ABC):
     def to_dict(self, record: Any) -> dict[str, Any]:
         d: dict[str, Any] = record.to_dict()
         return d
+
+    def from_dict(self, obj: dict[str, Any]) -> Any:
+        """The record a :meth:`to_dict` dict describes (``export`` then ``import json``);
+        a ``ValueError`` when it describes none."""
+        raise NotImplementedError(f"the {self.name} format cannot read JSON back")
 
     def columns(self, record: Any) -> Columns:
         """The record as the four columns every format maps to (Spark's

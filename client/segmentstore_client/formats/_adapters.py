@@ -2,14 +2,13 @@
 
 Contract: each class maps one record to the bytes of one segment event and back with
 the format module's own encoder and decoder (no layout is written here), and renders a
-record as a JSON-ready dict. ``DatabusFormat`` imports ``formats.databus`` only when it
-is made (``formats.get("databus")``), and adapts to that module's functions by name.
+record as a JSON-ready dict and reads that dict back (``from_dict``). ``DatabusFormat``
+imports ``formats.databus`` only when it is made (``formats.get("databus")``).
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import time
 from typing import Any
 
@@ -40,6 +39,9 @@ class KafkaFormat(RecordFormat):
     def decode(self, payload: bytes) -> kafka.Message:
         return kafka.decode_message(payload)
 
+    def from_dict(self, obj: dict[str, Any]) -> kafka.Message:
+        return kafka.Message.from_dict(obj)
+
     def columns(self, record: kafka.Message) -> Columns:
         ts = None if record.timestamp == kafka.NO_TIMESTAMP else record.timestamp
         return Columns(record.key, record.value, ts, {})
@@ -69,6 +71,9 @@ class EventsFormat(RecordFormat):
 
     def decode(self, payload: bytes) -> events.Event:
         return events.decode_event(payload)
+
+    def from_dict(self, obj: dict[str, Any]) -> events.Event:
+        return events.Event.from_dict(obj)
 
     def columns(self, record: events.Event) -> Columns:
         """Payload as value; name, namespace, id and ref_id as UTF-8 headers."""
@@ -104,6 +109,9 @@ class RecordsFormat(RecordFormat):
     def decode(self, payload: bytes) -> records.Record:
         return records.decode(payload)
 
+    def from_dict(self, obj: dict[str, Any]) -> records.Record:
+        return records.Record.from_dict(obj)
+
     def columns(self, record: records.Record) -> Columns:
         ts = None if record.timestamp_ns is None else record.timestamp_ns // 1_000_000
         return Columns(record.key, record.value, ts, dict(record.headers))
@@ -116,7 +124,17 @@ class RecordsFormat(RecordFormat):
 
 
 class DatabusFormat(RecordFormat):
-    """Databus change events, by the interface written down in ``formats/__init__``."""
+    """Databus change events (:mod:`.databus`), written as binary v2.
+
+    ``write(value, key, sequence=0, timestamp=ms, src_id=1, opcode="UPSERT", ...)``: the
+    key is ``bytes`` (a byte key) or an ``int`` (a long key); ``timestamp`` (ms) sets
+    ``timestamp_ns`` unless that is given; the other fields are
+    :class:`~.databus.DatabusEvent`'s (``version=1`` writes binary v1). JSON is Databus's
+    own serialization (``databus.to_json``). As columns: key (a long key as its decimal
+    digits, with header ``key_type=long``), value, timestamp in ms, and the Databus
+    fields as UTF-8 headers (``sequence``, ``src_id``, ``opcode``, ``partition``,
+    ``timestamp_ns``, ``schema_id`` in hex, ``schema_version``).
+    """
 
     name = "databus"
 
@@ -124,25 +142,71 @@ class DatabusFormat(RecordFormat):
         self._mod = importlib.import_module("segmentstore_client.formats.databus")
 
     def encode(self, value: bytes | None, key: bytes | None = None, **fields: Any) -> bytes:
-        data: bytes = self._mod.encode(value, key=key, **fields)
+        version = fields.pop("version", 2)
+        headers = fields.pop("headers", None)
+        if headers:
+            raise ValueError("Databus events have no headers (give their fields by name)")
+        if key is None:
+            raise TypeError("a Databus event needs a key (bytes, or an int for a long key)")
+        ts = fields.pop("timestamp", None)
+        if ts is not None:
+            fields.setdefault("timestamp_ns", ts * 1_000_000)
+        fields.setdefault("sequence", 0)
+        event = self._mod.DatabusEvent(key=key, value=value or b"", **fields)
+        data: bytes = self._mod.encode(event, version)
         return data
 
     def encode_record(self, record: Any) -> bytes:
-        for attr in ("encode_event", "encode_record"):
-            fn = getattr(self._mod, attr, None)
-            if fn is not None:
-                data: bytes = fn(record)
-                return data
-        return super().encode_record(record)
+        data: bytes = self._mod.encode(record)
+        return data
 
     def decode(self, payload: bytes) -> Any:
         return self._mod.decode(payload)
 
     def to_dict(self, record: Any) -> dict[str, Any]:
-        if hasattr(record, "to_dict"):
-            return super().to_dict(record)
-        if hasattr(self._mod, "to_dict"):
-            d: dict[str, Any] = self._mod.to_dict(record)
-            return d
-        parsed: dict[str, Any] = json.loads(self._mod.to_json(record))
-        return parsed
+        d: dict[str, Any] = self._mod.to_json(record)
+        return d
+
+    def from_dict(self, obj: dict[str, Any]) -> Any:
+        return self._mod.from_json(obj)
+
+    def columns(self, record: Any) -> Columns:
+        long_key = isinstance(record.key, int)
+        headers = {
+            "sequence": str(record.sequence).encode(),
+            "src_id": str(record.src_id).encode(),
+            "opcode": (record.opcode or "").encode(),
+            "partition": str(record.physical_partition_id).encode(),
+            "timestamp_ns": str(record.timestamp_ns).encode(),
+            "schema_id": record.schema_id.hex().encode(),
+            "schema_version": str(record.schema_version).encode(),
+        }
+        if long_key:
+            headers["key_type"] = b"long"
+        key = str(record.key).encode() if long_key else record.key
+        return Columns(key, record.value, record.timestamp_ns // 1_000_000, headers)
+
+    def encode_columns(self, columns: Columns) -> bytes:
+        h = columns.headers
+        if columns.key is None:
+            raise ValueError("a Databus event needs a key")
+        key: int | bytes = int(columns.key) if h.get("key_type") == b"long" else columns.key
+        ts_ns = h.get("timestamp_ns")
+        fields: dict[str, Any] = {
+            "sequence": int(h.get("sequence", b"0")),
+            "src_id": int(h.get("src_id", b"1")),
+            "opcode": h.get("opcode", b"UPSERT").decode() or None,
+            "physical_partition_id": int(h.get("partition", b"0")),
+            "logical_partition_id": int(h.get("partition", b"0")),
+            "schema_version": int(h.get("schema_version", b"0")),
+        }
+        if "schema_id" in h:
+            fields["schema_id"] = bytes.fromhex(h["schema_id"].decode())
+        if ts_ns is not None:
+            fields["timestamp_ns"] = int(ts_ns)
+        elif columns.timestamp is not None:
+            fields["timestamp_ns"] = columns.timestamp * 1_000_000
+        data: bytes = self._mod.encode(
+            self._mod.DatabusEvent(key=key, value=columns.value or b"", **fields)
+        )
+        return data

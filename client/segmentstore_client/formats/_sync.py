@@ -1,5 +1,6 @@
 """The blocking facade's ``format=`` hook: the same contract as ``_sdk`` (one record = one
-segment event; a damaged event raises the format's named error where it is read), over a
+segment event; a damaged event is raised as ``DamagedEvent`` after the records before it,
+or skipped, by the reader's ``errors``, with the rule of ``_sdk.DamageRule``), over a
 :class:`SyncEventWriter` / :class:`SyncEventReader`.
 """
 
@@ -9,10 +10,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from . import RecordFormat, get
+from ._sdk import DamageRule, Errors
 
 if TYPE_CHECKING:
     from ..position import Position
-    from ..reader import Event
     from ..sync_reader import SyncEventReader
     from ..sync_writer import SyncAck, SyncEventWriter
 
@@ -63,9 +64,10 @@ class SyncFormattedWriter:
         self.writer.__exit__(*exc)
 
 
-class SyncFormattedReader:
+class SyncFormattedReader(DamageRule):
     """A blocking reader that yields decoded records; ``last_event`` is the event the
-    last record came from.
+    last record came from; ``errors``, ``skipped`` and ``last_damage`` as in the async
+    reader (a damaged event raises ``DamagedEvent`` after the records before it).
 
     Example::
 
@@ -73,10 +75,21 @@ class SyncFormattedReader:
             print(msg.offset, msg.value)
     """
 
-    def __init__(self, reader: SyncEventReader, fmt: str | RecordFormat) -> None:
+    def __init__(
+        self, reader: SyncEventReader, fmt: str | RecordFormat, *, errors: Errors = "raise"
+    ) -> None:
         self.reader = reader
         self.format = get(fmt)
-        self.last_event: Event | None = None
+        self._init_rule(errors)
+
+    def _segment(self) -> str:
+        return self.reader.segment
+
+    def _offset(self) -> int:
+        return self.reader.position.offset
+
+    def _seek(self, offset: int) -> None:
+        self.reader.seek(offset)
 
     def __repr__(self) -> str:
         return f"<SyncFormattedReader {self.format.name} {self.reader!r}>"
@@ -89,17 +102,22 @@ class SyncFormattedReader:
         return self
 
     def __next__(self) -> Any:
-        ev = next(self.reader)
-        self.last_event = ev
-        return self.format.decode(ev.data)
+        while True:
+            ev = next(self.reader)
+            out = self._decode(self.format, [ev])
+            if out:
+                return out[0]
 
     def read_batch(self) -> list[Any]:
-        """The records of the next read (empty at the end)."""
-        evs = self.reader.read_batch()
-        if evs:
-            self.last_event = evs[-1]
-        dec = self.format.decode
-        return [dec(e.data) for e in evs]
+        """The records of the next read (empty at the end); a damaged event as in the
+        async reader."""
+        while True:
+            evs = self.reader.read_batch()
+            if not evs:
+                return []
+            out = self._decode(self.format, evs)
+            if out:
+                return out
 
     def close(self) -> None:
         self.reader.close()

@@ -20,6 +20,7 @@ from ..errors import CodecUnavailable, CorruptRecord
 __all__ = [
     "CodecUnavailable",
     "CrcMismatch",
+    "DamagedEvent",
     "FormatError",
     "InvalidLayout",
     "TooLarge",
@@ -45,3 +46,19 @@ class InvalidLayout(FormatError):
 
 class TooLarge(InvalidLayout):
     """A declared length above the decoder's limit (rejected before buffering the body)."""
+
+
+class DamagedEvent(FormatError):
+    """A formatted reader met an event that does not decode (``errors="raise"``).
+
+    ``segment`` and ``offset`` say where the event is, ``next_offset`` where the one
+    after it starts (the reader is positioned there, so the next read skips it), and
+    ``cause`` is the format's own error (``CrcMismatch``, ``TruncatedInput``, ...).
+    """
+
+    def __init__(self, segment: str, offset: int, next_offset: int, cause: Exception) -> None:
+        super().__init__(f"damaged event in {segment!r} at offset {offset}: {cause}")
+        self.segment = segment
+        self.offset = offset
+        self.next_offset = next_offset
+        self.cause = cause
