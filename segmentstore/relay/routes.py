@@ -195,7 +195,7 @@ async def bootstrap(request: web.Request) -> web.StreamResponse:
         raise BadRequest(str(e)) from None
     if snapshot and not checkpoint.partitions and "snapshot_offset" not in checkpoint.extra:
         checkpoint.window_scn = checkpoint.window_offset = -1  # snapshot starts at the start
-    upper = {s.id: bound for s in sources}
+    upper = {s.key(i): bound for s in sources for i in range(len(s.partitions))}
     answer = await service.stream(sources, checkpoint, size, tests, as_json, 0.0, upper=upper)
     response = await _answer(request, service, answer, as_json)
     response.headers["PhaseCompleted"] = "TRUE" if answer.done else "FALSE"
@@ -276,8 +276,8 @@ async def physical_buffers(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     out: dict[str, list[str]] = {}
     for s in await service.catalogue.sources():
-        for seg in s.partitions:
-            out[f"{s.name}:0"] = [seg]
+        for i, seg in enumerate(s.partitions):
+            out[f"{s.name}:{s.numbers[i] if s.numbers else 0}"] = [seg]
     return web.json_response(out)
 
 
