@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..controller.metadata import METADATA_TABLE
 from ..storage import SegmentNotFound, StorageError
+from .bootstrap import BootstrapTables
 from .catalogue import Source, SourceCatalogue
 from .checkpoint import Checkpoint
 from .filters import KeyTest
@@ -63,6 +64,7 @@ class RelayService:
         self.default_hold = min(ctx.tail_read_timeout, 10.0)
         self._rotation = 0
         self.state_changed = asyncio.Event()
+        self.bootstrap = BootstrapTables(self)
 
     def state_of(self, source: Source) -> str:
         return self.state.get(source.id, "running")
