@@ -29,6 +29,7 @@ DEFAULT_SIZE = 1024 * 1024
 MAX_SIZE = 64 * 1024 * 1024
 MAX_HOLD_MS = 60_000
 
+SOURCE_IDS = "relay.source_ids"  # request key: the ids of the sources a /stream names
 SERVICE: web.AppKey[RelayService] = web.AppKey("relay", RelayService)
 HTTP: web.AppKey[HttpServer] = web.AppKey("http", HttpServer)
 
@@ -119,7 +120,7 @@ def _checkpoint(request: web.Request) -> Checkpoint:
         raise BadRequest(str(e)) from None
 
 
-def _client(request: web.Request) -> str:
+def client_name(request: web.Request) -> str:
     name = request.query.get("client") or request.remote or "unknown"
     return name[:100]
 
@@ -140,13 +141,15 @@ async def _answer(
     )
     if answer.nbytes:
         response.enable_compression()
-    service.stats.record(_client(request), answer.events, answer.nbytes, answer.filtered)
+    service.stats.record(client_name(request), answer.events, answer.nbytes, answer.filtered)
+    service.stats.record_sources(answer.by_source)
     return response
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     sources = await _sources(service, request.query.get("sources"))
+    request[SOURCE_IDS] = [s.id for s in sources]
     for source in sources:
         if service.state_of(source) == "shutdown":
             raise BadRequest(f"source {source.name!r} is shut down", status=404)
@@ -159,7 +162,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         raise BadRequest(str(e)) from None
     from_latest = _bool(request, "streamFromLatestScn")
     hold_ms = _int(request, "timeout", int(service.default_hold * 1000), 0, MAX_HOLD_MS)
-    stats = service.stats.client(_client(request))
+    stats = service.stats.client(client_name(request))
     stats.in_flight += 1
     try:
         answer = await service.stream(
@@ -252,6 +255,7 @@ async def _snapshot(
     checkpoint.window_scn, checkpoint.window_offset = start_scn, -1
     checkpoint.extra.update(snapshot_offset=snap.token.hex(), snapshot_source=source.name)
     answer = StreamAnswer(checkpoint, snap.chunks, snap.nbytes, snap.events, snap.filtered)
+    answer.by_source[source.id] = [snap.events, snap.nbytes, snap.filtered]
     if snap.chunks:
         marker = (
             databus.json_line(databus.end_of_period(start_scn))

@@ -51,6 +51,7 @@ class StreamAnswer:
     no_events: bool = False
     too_old: str | None = None
     done: bool = False  # bootstrap: every source reached its upper SCN
+    by_source: dict[int, list[int]] = field(default_factory=dict)  # [events, bytes, filtered]
 
 
 class RelayService:
@@ -162,6 +163,11 @@ class RelayService:
                 answer.events += served.events
                 answer.filtered += served.filtered
                 answer.windows += served.windows
+                if served.nbytes or served.filtered:
+                    mine = answer.by_source.setdefault(source.id, [0, 0, 0])
+                    mine[0] += served.events
+                    mine[1] += served.nbytes
+                    mine[2] += served.filtered
                 if answer.nbytes >= size:
                     break
             if upper is not None:
