@@ -36,6 +36,7 @@ from segmentstore_client.formats import databus
 
 from ..storage import SegmentNotFound
 from ..tables import NO_VERSION
+from ..tables.records import MAX_KEY_LENGTH
 from .catalogue import Source
 from .checkpoint import Checkpoint
 from .filters import KeyTest
@@ -185,7 +186,9 @@ def _rows(
         for key, data in pending:
             if derived:
                 key = b"r" + tag + _SCN.pack(scn)
-            if len(data) <= MAX_ROW:
+            if len(key) > MAX_KEY_LENGTH:
+                log.warning("relay: a %d-byte key is not kept in a bootstrap table", len(key))
+            elif len(data) <= MAX_ROW:
                 rows.pop(key, None)  # the newest write of a key goes last
                 rows[key] = _SCN.pack(scn) + tag + data
             else:

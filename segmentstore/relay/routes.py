@@ -279,7 +279,14 @@ async def start_scn(request: web.Request) -> web.Response:
     values: dict[str, int] = {}
     positions: dict[str, tuple[int, int]] = {}
     for source in sources:
-        applied = await service.bootstrap.apply(source)
+        try:
+            applied = await service.bootstrap.apply(source)
+        except StorageError as e:  # e.g. the disk is full: the table cannot be written
+            raise BadRequest(
+                f"the bootstrap table of {source.name!r} cannot be brought up to date: {e}",
+                status=503,
+                kind="BootstrapUnavailableException",
+            ) from None
         positions.update(applied)
         values[str(source.id)] = max((p[0] for p in applied.values()), default=-1)
     scn = max(values.values(), default=-1)
