@@ -13,7 +13,7 @@ import pytest
 import segmentstore_client as sc
 from controller.conftest import controller_uri  # tests/controller/conftest.py
 from segmentstore_client.formats import databus
-from segmentstore_client.relay import decode_events
+from segmentstore_client.relay import decode_events, set_schema
 
 from .helpers import get, stream_all, write
 
@@ -70,6 +70,11 @@ async def test_a_stream_is_one_source_with_its_segments(srv: ServerProcess) -> N
         assert len(after["partitions"]) == 4  # every epoch
         _s, _h, body = await get(srv.http_port, "/physicalBuffers")
         assert json.loads(body)["shop.orders:3"] == ["shop/orders/3.#epoch.1"]
+        await set_schema(client, "shop.orders", '{"type": "string"}')
+        _s, _h, body = await get(srv.http_port, "/register", {"sources": "shop.orders"})
+        assert json.loads(body) == [
+            {"id": orders["id"], "version": 1, "schema": '{"type": "string"}'}
+        ]
         await client.create_stream("shop/returns", 1)
         ids = {s["id"] for s in (await sources(srv)).values()}
         assert len(ids) == len(await sources(srv))  # no two sources share an id
