@@ -81,6 +81,8 @@ class SourceCatalogue:
         self.store = store
         self.tables = tables
         self._ids: dict[str, int] = {}  # segment -> source id
+        self._kinds: dict[str, bool] = {}  # segment -> of a kind that is a source
+        self._segment_sources: dict[str, Source] = {}  # segment -> its Source
         self._stream_ids: dict[str, int] = {}  # "scope/stream" -> source id
         self._streams: dict[str, StreamRecord] = {}
         self._md_length = -1
@@ -179,36 +181,53 @@ class SourceCatalogue:
 
     # ------------------------------------------------------------------ segments
 
+    def _kind_ok(self, name: str) -> bool:
+        """Whether a segment is of a kind that is a source (cached: a segment's type and
+        name do not change while it exists)."""
+        ok = self._kinds.get(name)
+        if ok is None:
+            if name.startswith(("_relay/", "_system/")):
+                ok = False
+            else:
+                try:
+                    info = self.store.info(name)
+                except StorageError:
+                    return False  # gone meanwhile: not cached
+                ok = not info.deleted and not info.segment_type & (
+                    SEGMENT_TYPE_TABLE | SEGMENT_TYPE_TRANSIENT
+                )
+            self._kinds[name] = ok
+        return ok
+
     def _eligible(self, name: str, stream_keys: set[str]) -> bool:
-        if name.startswith("_relay/") or name.startswith("_system/"):
-            return False
-        scope, _, rest = name.partition("/")
-        stream = rest.partition("/")[0]
-        if f"{scope}/{stream}" in stream_keys:
-            return False  # a stream's segment (or transaction segment): the stream serves it
-        try:
-            info = self.store.info(name)
-        except StorageError:
-            return False
-        return not info.deleted and not info.segment_type & (
-            SEGMENT_TYPE_TABLE | SEGMENT_TYPE_TRANSIENT
-        )
+        if stream_keys:
+            scope, _, rest = name.partition("/")
+            if f"{scope}/{rest.partition('/')[0]}" in stream_keys:
+                return False  # a stream's segment (or transaction segment): the stream's
+        return self._kind_ok(name)
 
     async def sources(self) -> list[Source]:
-        """Every source, ordered by id (new segments and streams get their ids here)."""
+        """Every source, ordered by id (new segments and streams get their ids here).
+        Costs one pass over the segment names; only segments not seen before are looked
+        at further, and their new ids are stored in one batch."""
         async with self._lock:
             streams = await self._load_streams()
             if streams:
                 await self._load_stream_ids()
-            names = sorted(n for n in self.store.segment_names() if self._eligible(n, set(streams)))
-            for name in names:
-                if name not in self._ids:
-                    stored = self.store.get_attribute(name, RELAY_SOURCE_ID)
-                    if stored != NULL_ATTRIBUTE_VALUE and 1 <= stored <= MAX_SOURCE_ID:
-                        self._ids[name] = stored
-            for name in names:
-                if name not in self._ids:
-                    await self._assign(name)
+            every = self.store.segment_names()
+            if len(self._kinds) > 2 * len(every) + 1000:  # forget deleted segments
+                live_all = set(every)
+                self._kinds = {n: k for n, k in self._kinds.items() if n in live_all}
+            keys = set(streams)
+            names = [n for n in every if self._eligible(n, keys)]
+            new = [n for n in names if n not in self._ids]
+            for name in new:
+                stored = self.store.get_attribute(name, RELAY_SOURCE_ID)
+                if stored != NULL_ATTRIBUTE_VALUE and 1 <= stored <= MAX_SOURCE_ID:
+                    self._ids[name] = stored
+            missing = sorted(n for n in new if n not in self._ids)
+            if missing:
+                await self._assign(missing)
             for key in sorted(streams):
                 if key not in self._stream_ids:
                     new_id = self._free_id()
@@ -217,8 +236,17 @@ class SourceCatalogue:
                         continue
                     self._stream_ids[key] = new_id
                     await self._store_stream_id(key, new_id)
-        live = set(names)
-        out = [Source(i, source_name(n), (n,)) for n, i in self._ids.items() if n in live]
+        out = []
+        for n in names:
+            src_id = self._ids.get(n)
+            if src_id is None:
+                continue
+            source = self._segment_sources.get(n)
+            if source is None or source.id != src_id:
+                source = self._segment_sources[n] = Source(src_id, source_name(n), (n,))
+            out.append(source)
+        if len(self._segment_sources) > 2 * len(out) + 1000:
+            self._segment_sources = {s.partitions[0]: s for s in out}
         out += [
             self._stream_source(self._stream_ids[k], r)
             for k, r in streams.items()
@@ -228,17 +256,28 @@ class SourceCatalogue:
 
     def _free_id(self) -> int | None:
         used = set(self._ids.values()) | set(self._stream_ids.values())
-        new_id = next((i for i in range(max(used, default=0) + 1, MAX_SOURCE_ID + 1)), None)
-        if new_id is None:
-            new_id = next((i for i in range(1, MAX_SOURCE_ID + 1) if i not in used), None)
-        return new_id
+        return _next_free(used, max(used, default=0))
 
-    async def _assign(self, name: str) -> None:
-        new_id = self._free_id()
-        if new_id is None:
-            log.warning("no Databus source id left for %r; it is not served", name)
-            return
-        self._ids[name] = new_id
+    async def _assign(self, names: list[str]) -> None:
+        """Give each segment the next free id and store them all at once (one group
+        commit, in chunks)."""
+        used = set(self._ids.values()) | set(self._stream_ids.values())
+        last = max(used, default=0)
+        given: list[tuple[str, int]] = []
+        for name in names:
+            new_id = _next_free(used, last)
+            if new_id is None:
+                log.warning("no Databus source id left for %r; it is not served", name)
+                break
+            used.add(new_id)
+            last = new_id
+            self._ids[name] = new_id
+            given.append((name, new_id))
+        for i in range(0, len(given), 500):
+            chunk = given[i : i + 500]
+            await asyncio.gather(*(self._store_id(name, new_id) for name, new_id in chunk))
+
+    async def _store_id(self, name: str, new_id: int) -> None:
         update = AttributeUpdate(RELAY_SOURCE_ID, AttributeUpdateType.NONE, new_id)
         try:
             await self.store.update_attributes(name, [update])
@@ -258,6 +297,14 @@ class SourceCatalogue:
             if token in (str(source.id), source.name) or token in source.partitions:
                 return source
         return None
+
+
+def _next_free(used: set[int], last: int) -> int | None:
+    """The first id above ``last`` not in ``used``, else the lowest free one."""
+    for i in range(last + 1, MAX_SOURCE_ID + 1):
+        if i not in used:
+            return i
+    return next((i for i in range(1, MAX_SOURCE_ID + 1) if i not in used), None)
 
 
 def _predecessors(rec: StreamRecord, sid: int) -> list[int]:
