@@ -24,6 +24,7 @@ Every line names the fsync mode. Usage::
     .venv/bin/python scripts/bench_relay.py
     .venv/bin/python scripts/bench_relay.py --events 50000 --size 1000 --fsync always
     .venv/bin/python scripts/bench_relay.py --tail-only --tail 3000
+    .venv/bin/python scripts/bench_relay.py --segments 3000
 """
 
 from __future__ import annotations
@@ -216,6 +217,9 @@ def line(label: str, fsync: str, events: int, nbytes: int, seconds: float, base:
 
 async def run(args: argparse.Namespace) -> None:
     with server(args.fsync) as (endpoint, url):
+        if args.segments:
+            await request_cost(endpoint, url, args.segments)
+            return
         if args.tail_only:
             await print_tail(endpoint, url, args)
             return
@@ -248,6 +252,33 @@ async def run(args: argparse.Namespace) -> None:
         await print_tail(endpoint, url, args)
 
 
+async def request_cost(endpoint: str, url: str, count: int) -> None:
+    """The time of one /stream request at the tail (timeout 0) with 1 segment in the
+    store, then with ``count`` more (the source catalogue's cost per request)."""
+    async with sc.connect(endpoint) as client, aiohttp.ClientSession() as session:
+        await fill(endpoint, "bench/one/0", [b"x"])
+        params = {"sources": "bench.one.0", "timeout": "0", "streamFromLatestScn": "true"}
+
+        async def timed(n: int) -> list[float]:
+            out = []
+            for _ in range(n):
+                started = time.perf_counter()
+                async with session.get(url + "/stream", params=params) as r:
+                    await r.read()
+                out.append((time.perf_counter() - started) * 1000)
+            return sorted(out)
+
+        one = await timed(50)
+        for i in range(count):
+            await client.create_segment(f"bench/many/{i}")
+        first = await timed(1)
+        many = await timed(50)
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"/stream at the tail: 1 segment p50 {one[25]:.1f} ms; {count + 1:,} segments: "
+              f"first request {first[0]:.0f} ms, then p50 {many[25]:.1f} ms p90 {many[45]:.1f} ms "
+              f"(load average {load})")  # fmt: skip
+
+
 async def print_tail(endpoint: str, url: str, args: argparse.Namespace) -> None:
     lat, wire = await tail_latency(endpoint, url, "bench/tail/0", args.tail)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -268,6 +299,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--tail", type=int, default=500, help="events in the latency test")
     ap.add_argument("--tail-only", action="store_true", help="only the latency test")
+    ap.add_argument("--segments", type=int, default=0, help="only: /stream cost with N segments")
     args = ap.parse_args()
     try:
         import uvloop
