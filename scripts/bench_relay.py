@@ -15,18 +15,23 @@ number of plain payloads to another, then measures in the same run:
 * relay raw  binary, on the segment of plain payloads (each converted to a Databus event;
              each is a window, so its count includes one marker per event)
 * tail       append -> HTTP consumer latency, one event every 2 ms, p50/p99 (the
-             consumer long-polls /stream with its checkpoint)
+             consumer long-polls /stream with its checkpoint), beside an SDK reader
+             following the same segment over the wire protocol in the same process
+             (the store's own append -> tail-read latency: the baseline)
 
 Every line names the fsync mode. Usage::
 
     .venv/bin/python scripts/bench_relay.py
     .venv/bin/python scripts/bench_relay.py --events 50000 --size 1000 --fsync always
+    .venv/bin/python scripts/bench_relay.py --tail-only --tail 3000
+    .venv/bin/python scripts/bench_relay.py --segments 3000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import statistics
 import struct
@@ -149,7 +154,12 @@ async def many(
     return sum(r[0] for r in results), sum(r[1] for r in results), time.perf_counter() - started
 
 
-async def tail_latency(endpoint: str, url: str, segment: str, count: int) -> list[float]:
+async def tail_latency(
+    endpoint: str, url: str, segment: str, count: int
+) -> tuple[list[float], list[float]]:
+    """(HTTP consumer latencies, wire-protocol tail reader latencies) in ms of the same
+    ``count`` events, both consumers in this process at once (the wire reader is the
+    baseline: the store's own append -> tail read path)."""
     async with sc.connect(endpoint) as client:
         await client.create_segment(segment)
         async with aiohttp.ClientSession() as session:
@@ -158,6 +168,7 @@ async def tail_latency(endpoint: str, url: str, segment: str, count: int) -> lis
             async with session.get(url + "/stream", params=params) as r:
                 checkpoint = r.headers["X-Databus-Checkpoint"]
             latencies: list[float] = []
+            wire: list[float] = []
 
             async def consume() -> None:
                 nonlocal checkpoint
@@ -170,7 +181,16 @@ async def tail_latency(endpoint: str, url: str, segment: str, count: int) -> lis
                     for ev in databus_events(body):
                         latencies.append((now - ev.timestamp_ns) / 1e6)
 
+            async def consume_wire() -> None:
+                async for event in client.reader(segment, follow=True):
+                    ev = databus.decode(event.data)
+                    if not ev.end_of_period:
+                        wire.append((time.time_ns() - ev.timestamp_ns) / 1e6)
+                        if len(wire) >= count:
+                            return
+
             consumer = asyncio.ensure_future(consume())
+            wire_consumer = asyncio.ensure_future(consume_wire())
             async with client.writer(segment, linger=0) as w:  # no batching delay
                 for i in range(count):
                     ev = databus.DatabusEvent(i + 1, i, b"x" * 100, 1, timestamp_ns=time.time_ns())
@@ -178,8 +198,8 @@ async def tail_latency(endpoint: str, url: str, segment: str, count: int) -> lis
                         [databus.encode(ev), databus.encode(databus.end_of_period(i + 1))]
                     )
                     await asyncio.sleep(0.002)
-            await asyncio.wait_for(consumer, 30)
-            return latencies
+            await asyncio.wait_for(asyncio.gather(consumer, wire_consumer), 30)
+            return latencies, wire
 
 
 def databus_events(body: bytes) -> list[databus.DatabusEvent]:
@@ -197,6 +217,12 @@ def line(label: str, fsync: str, events: int, nbytes: int, seconds: float, base:
 
 async def run(args: argparse.Namespace) -> None:
     with server(args.fsync) as (endpoint, url):
+        if args.segments:
+            await request_cost(endpoint, url, args.segments)
+            return
+        if args.tail_only:
+            await print_tail(endpoint, url, args)
+            return
         n = args.events
         await fill(endpoint, "bench/db/0", databus_payloads(n, args.size))
         await fill(endpoint, "bench/raw/0", [b"r" * args.size] * n)
@@ -223,10 +249,46 @@ async def run(args: argparse.Namespace) -> None:
             reps = args.reps if k == 1 else 1
             result = best([await many(url, source, output, n, k, gz) for _ in range(reps)])
             print(line(label, args.fsync, *result, wire_rate))
-        lat = await tail_latency(endpoint, url, "bench/tail/0", args.tail)
-        q = statistics.quantiles(lat, n=100)
-        print(f"{'tail append -> HTTP consumer':<28} fsync={args.fsync:<8} "
-              f"p50 {statistics.median(lat):.2f} ms  p99 {q[98]:.2f} ms  ({len(lat)} events)")  # fmt: skip
+        await print_tail(endpoint, url, args)
+
+
+async def request_cost(endpoint: str, url: str, count: int) -> None:
+    """The time of one /stream request at the tail (timeout 0) with 1 segment in the
+    store, then with ``count`` more (the source catalogue's cost per request)."""
+    async with sc.connect(endpoint) as client, aiohttp.ClientSession() as session:
+        await fill(endpoint, "bench/one/0", [b"x"])
+        params = {"sources": "bench.one.0", "timeout": "0", "streamFromLatestScn": "true"}
+
+        async def timed(n: int) -> list[float]:
+            out = []
+            for _ in range(n):
+                started = time.perf_counter()
+                async with session.get(url + "/stream", params=params) as r:
+                    await r.read()
+                out.append((time.perf_counter() - started) * 1000)
+            return sorted(out)
+
+        one = await timed(50)
+        for i in range(count):
+            await client.create_segment(f"bench/many/{i}")
+        first = await timed(1)
+        many = await timed(50)
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"/stream at the tail: 1 segment p50 {one[25]:.1f} ms; {count + 1:,} segments: "
+              f"first request {first[0]:.0f} ms, then p50 {many[25]:.1f} ms p90 {many[45]:.1f} ms "
+              f"(load average {load})")  # fmt: skip
+
+
+async def print_tail(endpoint: str, url: str, args: argparse.Namespace) -> None:
+    lat, wire = await tail_latency(endpoint, url, "bench/tail/0", args.tail)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    for label, values in (
+        ("tail append -> HTTP consumer", lat),
+        ("tail append -> wire reader", wire),
+    ):
+        q = statistics.quantiles(values, n=100)
+        print(f"{label:<28} fsync={args.fsync:<8} p50 {statistics.median(values):.2f} ms  "
+              f"p99 {q[98]:.2f} ms  ({len(values)} events; load average {load})")  # fmt: skip
 
 
 def main() -> None:
@@ -236,6 +298,8 @@ def main() -> None:
     ap.add_argument("--fsync", default="interval")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--tail", type=int, default=500, help="events in the latency test")
+    ap.add_argument("--tail-only", action="store_true", help="only the latency test")
+    ap.add_argument("--segments", type=int, default=0, help="only: /stream cost with N segments")
     args = ap.parse_args()
     try:
         import uvloop

@@ -137,7 +137,8 @@ class TableCheckpointStore:
 
 async def set_schema(client: Client, source: str, schema: str, version: int = 1) -> None:
     """Register ``schema`` (text, e.g. Avro JSON) as version ``version`` of ``source`` (its
-    relay name, ``scope.stream.0``); ``/register`` serves it.
+    relay name: ``scope.stream`` for a stream, ``scope.stream.0`` for a segment of no
+    stream); ``/register`` serves it.
 
     Example: ``await set_schema(client, "orders.eu.0", avro_json, version=2)``
     """

@@ -36,6 +36,7 @@ async def start_http(
     from .page import status_page
     from .routes import HTTP, add_routes
     from .service import RelayService
+    from .stats_routes import add_stats_routes
 
     app = web.Application()
     if auth is not None:
@@ -45,6 +46,7 @@ async def start_http(
     app.router.add_get("/metrics", metrics)
     service = RelayService(ctx)
     add_routes(app, service)
+    add_stats_routes(app)
     app.router.add_get("/", status_page)
     limits = HttpLimits(config.http_max_connections, config.http_idle_timeout_s)
     server = HttpServer(app, limits)

@@ -6,9 +6,11 @@ its first n events were) and ``consumption_mode`` (``ONLINE_CONSUMPTION``,
 ``BOOTSTRAP_SNAPSHOT``, ``BOOTSTRAP_CATCHUP``; the bootstrap fields ``bootstrap_start_scn``,
 ``bootstrap_since_scn``, ``bootstrap_target_scn``, ``snapshot_source``, ``catchup_source``
 ride along untouched). Each source of this store has its own SCN sequence, so the relay
-adds ``partitions``: ``{"<source id>": [windowScn, windowOffset], ...}``; a source not in
-that map takes the top-level pair (so a plain Databus checkpoint works for one source),
-and a missing checkpoint, ``windowScn`` < 0 or mode ``FLEXIBLE`` means "from the oldest
+adds ``partitions``: ``{"<key>": [windowScn, windowOffset], ...}`` with one key per physical
+partition: ``<source id>`` for a segment source, ``<source id>:<segment number>`` for each
+segment of a stream source (each segment has its own SCN sequence). A segment source not
+in that map takes the top-level pair (so a plain Databus checkpoint works for one source);
+a stream segment not in it starts at its beginning. A missing checkpoint, ``windowScn`` < 0 or mode ``FLEXIBLE`` means "from the oldest
 event kept" (the spec's flexible checkpoint). The relay hands the next checkpoint back in
 the ``X-Databus-Checkpoint`` header of every ``/stream`` answer; sending it back resumes
 with no gap and no duplicate.
@@ -32,17 +34,19 @@ class Checkpoint:
     window_scn: int = -1
     window_offset: int = -1
     mode: str = "ONLINE_CONSUMPTION"
-    partitions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    partitions: dict[str, tuple[int, int]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def position(self, src_id: int) -> tuple[int, int]:
-        """(sinceScn, windowOffset) for a source; (-1, -1) is flexible."""
+    def position(self, key: str) -> tuple[int, int]:
+        """(sinceScn, windowOffset) for a partition key; (-1, -1) is flexible."""
         if self.mode == "FLEXIBLE":
             return FLEXIBLE
-        return self.partitions.get(src_id, (self.window_scn, self.window_offset))
+        if ":" in key:
+            return self.partitions.get(key, FLEXIBLE)
+        return self.partitions.get(key, (self.window_scn, self.window_offset))
 
-    def advance(self, src_id: int, scn: int, offset: int) -> None:
-        self.partitions[src_id] = (scn, offset)
+    def advance(self, key: str, scn: int, offset: int) -> None:
+        self.partitions[key] = (scn, offset)
         self.window_scn, self.window_offset = scn, offset
         if self.mode == "FLEXIBLE":
             self.mode = "ONLINE_CONSUMPTION"
@@ -55,8 +59,16 @@ class Checkpoint:
             consumption_mode=self.mode,
         )
         if self.partitions:
-            obj["partitions"] = {str(k): list(v) for k, v in sorted(self.partitions.items())}
+            obj["partitions"] = {k: list(v) for k, v in sorted(self.partitions.items(), key=_order)}
         return json.dumps(obj, separators=(",", ":"))
+
+
+def _digits(text: str) -> bool:
+    return 0 < len(text) <= 20 and text.isascii() and text.isdigit()
+
+
+def _order(item: tuple[str, tuple[int, int]]) -> tuple[int, ...]:
+    return tuple(int(p) for p in item[0].split(":"))
 
 
 def _pair(value: Any, where: str) -> tuple[int, int]:
@@ -89,10 +101,12 @@ def parse_checkpoint(text: str | None) -> Checkpoint:
     if not isinstance(parts, dict):
         raise CheckpointError("partitions must be an object")
     for key, value in parts.items():
-        try:
-            src = int(key)
-        except ValueError:
-            raise CheckpointError(f"partitions: {key!r} is not a source id") from None
-        cp.partitions[src] = _pair(value, f"partitions[{key}]")
+        src, colon, number = key.partition(":")
+        if not _digits(src) or (colon and not _digits(number)):
+            raise CheckpointError(
+                f"partitions: {key!r} is not <source id> or <source id>:<segment number>"
+            )
+        norm = f"{int(src)}:{int(number)}" if colon else str(int(src))
+        cp.partitions[norm] = _pair(value, f"partitions[{key}]")
     cp.extra = obj
     return cp

@@ -13,8 +13,11 @@ memory: for every closed window its SCN and start offset (16 bytes a window).
   1)`` where ``end`` is the segment offset just past its record: monotonic, and stable
   across restarts (it is computed from the bytes) as long as the segment is not a mix of
   both kinds that was truncated. It is served as a Databus v2 UPSERT event with key and
-  sequence = that SCN, the catalogue's source id, partition 0, timestamp 0 (the store
-  keeps no time per event) and the payload as the value.
+  sequence = that SCN, the catalogue's source id, partition id = the segment's number
+  within its stream (0 for a segment source; modulo 32768, the field has 2 bytes),
+  timestamp 0 (the store keeps no time per event) and the payload as the value.
+* A sealed segment read to its end is ``complete``: a Databus window still open there is
+  closed by the end of the segment (no event can follow it).
 * Served windows are whole (plus the spec's mid-window checkpoints when one window alone
   is larger than ``size``: at least one event always goes out, so a consumer never
   stalls), each followed by an end-of-period marker (the one stored, or a made one).
@@ -65,10 +68,12 @@ class Served:
 
 
 class Partition:
-    def __init__(self, store: SegmentStore, segment: str, src_id: int) -> None:
+    def __init__(self, store: SegmentStore, segment: str, src_id: int, number: int = 0) -> None:
         self.store = store
         self.segment = segment
         self.src_id = src_id
+        self.partition_id = number % 32768
+        self.complete = False  # sealed, and everything in it indexed
         self.scns = array("q")
         self.starts = array("q")
         # 0: a derived window; 1: Databus events (checked when indexed); 2: the same, and
@@ -123,6 +128,10 @@ class Partition:
                     data = await self._read_exact(self.scan_offset, 8 + length)
                     used = self._index(data, self.scan_offset)
                 self.scan_offset += used
+            if info.sealed and self.scan_offset >= info.length and not self.broken:
+                if self._open_seq is not None:
+                    self._close_open(self.scan_offset)
+                self.complete = True
             if self.base > 0 and self.prev_scn is None and self.scns:
                 # a derived SCN is an end offset: the lost window before ends at the base
                 self.prev_scn = self.base if self._first_raw else self.scns[0] - 1
@@ -368,9 +377,14 @@ class Partition:
             return (_json_line(event) if as_json else _v2(payload, event)), 1, 0
         if test is not None and not test(scn):
             return b"", 0, 1
+        pid = self.partition_id
         if as_json:
-            return _json_line(databus.DatabusEvent(scn, scn, bytes(payload), self.src_id)), 1, 0
-        return databus.encode_upsert(scn, scn, payload, self.src_id), 1, 0
+            event = databus.DatabusEvent(
+                scn, scn, bytes(payload), self.src_id, physical_partition_id=pid,
+                logical_partition_id=pid,
+            )  # fmt: skip
+            return _json_line(event), 1, 0
+        return databus.encode_upsert(scn, scn, payload, self.src_id, partition=pid), 1, 0
 
 
 _LEN: Final = struct.Struct(">i")

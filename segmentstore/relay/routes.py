@@ -16,11 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from segmentstore_client.formats import databus
 
 from ..storage import StorageError
 from .catalogue import SCHEMA_TABLE, Source
 from .checkpoint import Checkpoint, CheckpointError, parse_checkpoint
-from .filters import FilterError, parse_filters
+from .filters import FilterError, KeyTest, parse_filters
 from .http_server import HttpServer
 from .service import RelayService, StreamAnswer
 
@@ -28,6 +29,7 @@ DEFAULT_SIZE = 1024 * 1024
 MAX_SIZE = 64 * 1024 * 1024
 MAX_HOLD_MS = 60_000
 
+SOURCE_IDS = "relay.source_ids"  # request key: the ids of the sources a /stream names
 SERVICE: web.AppKey[RelayService] = web.AppKey("relay", RelayService)
 HTTP: web.AppKey[HttpServer] = web.AppKey("http", HttpServer)
 
@@ -118,7 +120,7 @@ def _checkpoint(request: web.Request) -> Checkpoint:
         raise BadRequest(str(e)) from None
 
 
-def _client(request: web.Request) -> str:
+def client_name(request: web.Request) -> str:
     name = request.query.get("client") or request.remote or "unknown"
     return name[:100]
 
@@ -139,13 +141,15 @@ async def _answer(
     )
     if answer.nbytes:
         response.enable_compression()
-    service.stats.record(_client(request), answer.events, answer.nbytes, answer.filtered)
+    service.stats.record(client_name(request), answer.events, answer.nbytes, answer.filtered)
+    service.stats.record_sources(answer.by_source)
     return response
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     sources = await _sources(service, request.query.get("sources"))
+    request[SOURCE_IDS] = [s.id for s in sources]
     for source in sources:
         if service.state_of(source) == "shutdown":
             raise BadRequest(f"source {source.name!r} is shut down", status=404)
@@ -158,7 +162,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         raise BadRequest(str(e)) from None
     from_latest = _bool(request, "streamFromLatestScn")
     hold_ms = _int(request, "timeout", int(service.default_hold * 1000), 0, MAX_HOLD_MS)
-    stats = service.stats.client(_client(request))
+    stats = service.stats.client(client_name(request))
     stats.in_flight += 1
     try:
         answer = await service.stream(
@@ -170,10 +174,12 @@ async def stream(request: web.Request) -> web.StreamResponse:
 
 
 async def bootstrap(request: web.Request) -> web.StreamResponse:
-    """Snapshot and catch-up, both served from the sources' logs: the snapshot phase runs
-    from the oldest event kept up to ``bootstrap_start_scn``, catch-up from ``windowScn``
-    up to ``bootstrap_target_scn``; ``PhaseCompleted: TRUE`` once the phase's bound is
-    reached."""
+    """Snapshot from the source's compacted table (``bootstrap.py``): the latest event of
+    every key up to the start position ``/startSCN`` gave, in key order, chunked by
+    ``snapshot_offset``; catch-up from the log, from that position (the checkpoint's
+    ``partitions``, or ``bootstrap_start_scn`` for a one-partition source) up to
+    ``bootstrap_target_scn`` (a stream source: up to each segment's tail now).
+    ``PhaseCompleted: TRUE`` once the phase is done."""
     service = request.app[SERVICE]
     checkpoint = _checkpoint(request)
     snapshot = checkpoint.mode == "BOOTSTRAP_SNAPSHOT"
@@ -185,24 +191,125 @@ async def bootstrap(request: web.Request) -> web.StreamResponse:
     except (KeyError, TypeError, ValueError):
         raise BadRequest(f"the checkpoint needs {field} (an integer)") from None
     named = checkpoint.extra.get("snapshot_source" if snapshot else "catchup_source")
-    raw = request.query.get("sources") or (str(named) if named else None)
+    raw = (str(named) if named else None) or request.query.get("sources")
     sources = await _sources(service, raw)
     size = _int(request, "batchSize", DEFAULT_SIZE, 1, MAX_SIZE)
     as_json = _output(request)
-    try:
-        tests = parse_filters(request.query.get("filter") or request.query.get("filters"))
-    except FilterError as e:
-        raise BadRequest(str(e)) from None
-    if snapshot and not checkpoint.partitions and "snapshot_offset" not in checkpoint.extra:
-        checkpoint.window_scn = checkpoint.window_offset = -1  # snapshot starts at the start
-    upper = {s.id: bound for s in sources}
-    answer = await service.stream(sources, checkpoint, size, tests, as_json, 0.0, upper=upper)
+    tests = _bootstrap_filters(request.query.get("filter") or request.query.get("filters"), sources)
+    if snapshot:
+        answer = await _snapshot(service, sources[0], checkpoint, bound, size, tests, as_json)
+    else:
+        upper: dict[str, int] = {}
+        for s in sources:
+            parts = await service.refreshed(s)
+            for i, part in enumerate(parts):
+                upper[s.key(i)] = part.max_scn if s.stream else bound
+        answer = await service.stream(sources, checkpoint, size, tests, as_json, 0.0, upper=upper)
     response = await _answer(request, service, answer, as_json)
     response.headers["PhaseCompleted"] = "TRUE" if answer.done else "FALSE"
     return response
 
 
-async def _scn_of(service: RelayService, request: web.Request, param: str) -> web.Response:
+def _bootstrap_filters(text: str | None, sources: list[Source]) -> dict[int, KeyTest]:
+    """The spec's /bootstrap filter is one source's (no source id around it); the
+    per-source form of /stream is accepted too."""
+    try:
+        return parse_filters(text)
+    except FilterError as e:
+        if not text or len(sources) != 1:
+            raise BadRequest(str(e)) from None
+        try:
+            return parse_filters(f'{{"{sources[0].id}":{text}}}')
+        except FilterError:
+            raise BadRequest(str(e)) from None
+
+
+async def _snapshot(
+    service: RelayService,
+    source: Source,
+    checkpoint: Checkpoint,
+    start_scn: int,
+    size: int,
+    tests: dict[int, KeyTest],
+    as_json: bool,
+) -> StreamAnswer:
+    keys = [source.key(i) for i in range(len(source.partitions))]
+    start = {k: checkpoint.partitions[k] for k in keys if k in checkpoint.partitions}
+    if not start:
+        if source.stream:
+            raise BadRequest(
+                "a stream source's snapshot needs the checkpoint /startSCN answered with "
+                "(its partitions)"
+            )
+        start = {source.key(0): (start_scn, -1)}
+    raw_token = str(checkpoint.extra.get("snapshot_offset") or "")
+    try:
+        token = bytes.fromhex(raw_token)
+    except ValueError:
+        raise BadRequest(f"snapshot_offset {raw_token[:40]!r} is not this relay's") from None
+    snap = await service.bootstrap.snapshot(
+        source, start, token, size, tests.get(source.id), as_json
+    )
+    for key, pos in start.items():
+        checkpoint.partitions[key] = pos
+    checkpoint.window_scn, checkpoint.window_offset = start_scn, -1
+    checkpoint.extra.update(snapshot_offset=snap.token.hex(), snapshot_source=source.name)
+    answer = StreamAnswer(checkpoint, snap.chunks, snap.nbytes, snap.events, snap.filtered)
+    answer.by_source[source.id] = [snap.events, snap.nbytes, snap.filtered]
+    if snap.chunks:
+        marker = (
+            databus.json_line(databus.end_of_period(start_scn))
+            if as_json
+            else databus.encode_end_of_period(start_scn)
+        )
+        answer.chunks.append(marker)
+        answer.nbytes += len(marker)
+    answer.done = snap.done
+    return answer
+
+
+async def start_scn(request: web.Request) -> web.Response:
+    """Brings the sources' bootstrap tables up to date and answers the SCN their snapshot
+    is consistent at (one source: its SCN; several: by source id); the header
+    ``X-Databus-Checkpoint`` carries the snapshot checkpoint to send to ``/bootstrap``,
+    with every partition's start position."""
+    service = request.app[SERVICE]
+    sources = await _sources(service, request.query.get("sources"))
+    since = _checkpoint(request)
+    values: dict[str, int] = {}
+    positions: dict[str, tuple[int, int]] = {}
+    for source in sources:
+        try:
+            applied = await service.bootstrap.apply(source)
+        except StorageError as e:  # e.g. the disk is full: the table cannot be written
+            raise BadRequest(
+                f"the bootstrap table of {source.name!r} cannot be brought up to date: {e}",
+                status=503,
+                kind="BootstrapUnavailableException",
+            ) from None
+        positions.update(applied)
+        values[str(source.id)] = max((p[0] for p in applied.values()), default=-1)
+    scn = max(values.values(), default=-1)
+    cp = Checkpoint(
+        scn,
+        -1,
+        "BOOTSTRAP_SNAPSHOT",
+        positions,
+        {
+            "bootstrap_start_scn": scn,
+            "bootstrap_since_scn": since.window_scn,
+            "snapshot_source": sources[0].name,
+            "snapshot_offset": "",
+        },
+    )
+    body: object = str(scn) if len(values) == 1 else values
+    return web.json_response(body, headers={"X-Databus-Checkpoint": cp.to_json()})
+
+
+async def target_scn(request: web.Request) -> web.Response:
+    """The SCN catch-up has to reach: the source's newest window now."""
+    service = request.app[SERVICE]
+    param = "source" if "source" in request.query else "sources"
     sources = await _sources(service, request.query.get(param))
     values: dict[str, int] = {}
     for source in sources:
@@ -211,17 +318,6 @@ async def _scn_of(service: RelayService, request: web.Request, param: str) -> we
     if len(values) == 1:
         return web.json_response(str(next(iter(values.values()))))
     return web.json_response(values)
-
-
-async def start_scn(request: web.Request) -> web.Response:
-    """The SCN the snapshot is consistent at: the source's newest window now."""
-    return await _scn_of(request.app[SERVICE], request, "sources")
-
-
-async def target_scn(request: web.Request) -> web.Response:
-    """The SCN catch-up has to reach: the source's newest window now."""
-    param = "source" if "source" in request.query else "sources"
-    return await _scn_of(request.app[SERVICE], request, param)
 
 
 async def sources_list(request: web.Request) -> web.Response:
@@ -276,8 +372,8 @@ async def physical_buffers(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     out: dict[str, list[str]] = {}
     for s in await service.catalogue.sources():
-        for seg in s.partitions:
-            out[f"{s.name}:0"] = [seg]
+        for i, seg in enumerate(s.partitions):
+            out[f"{s.name}:{s.numbers[i] if s.numbers else 0}"] = [seg]
     return web.json_response(out)
 
 

@@ -24,7 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..controller.metadata import METADATA_TABLE
 from ..storage import SegmentNotFound, StorageError
+from .bootstrap import BootstrapTables
 from .catalogue import Source, SourceCatalogue
 from .checkpoint import Checkpoint
 from .filters import KeyTest
@@ -49,19 +51,21 @@ class StreamAnswer:
     no_events: bool = False
     too_old: str | None = None
     done: bool = False  # bootstrap: every source reached its upper SCN
+    by_source: dict[int, list[int]] = field(default_factory=dict)  # [events, bytes, filtered]
 
 
 class RelayService:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         self.store = ctx.store
-        self.catalogue = SourceCatalogue(ctx.store)
+        self.catalogue = SourceCatalogue(ctx.store, ctx.tables)
         self.partitions: dict[str, Partition] = {}
         self.state: dict[int, str] = {}
         self.stats = RelayStats()
         self.default_hold = min(ctx.tail_read_timeout, 10.0)
         self._rotation = 0
         self.state_changed = asyncio.Event()
+        self.bootstrap = BootstrapTables(self)
 
     def state_of(self, source: Source) -> str:
         return self.state.get(source.id, "running")
@@ -73,15 +77,17 @@ class RelayService:
         self.state_changed.set()
         self.state_changed = asyncio.Event()
 
-    def partition(self, source: Source, segment: str) -> Partition:
+    def partition(self, source: Source, i: int) -> Partition:
+        segment = source.partitions[i]
         part = self.partitions.get(segment)
         if part is None or part.src_id != source.id:
-            part = self.partitions[segment] = Partition(self.store, segment, source.id)
+            number = source.numbers[i] if source.numbers else 0
+            part = self.partitions[segment] = Partition(self.store, segment, source.id, number)
         return part
 
     async def refreshed(self, source: Source) -> list[Partition]:
-        """The source's partitions with everything committed indexed."""
-        parts = [self.partition(source, seg) for seg in source.partitions]
+        """The source's partitions (in its order) with everything committed indexed."""
+        parts = [self.partition(source, i) for i in range(len(source.partitions))]
         for part in parts:
             try:
                 await part.catch_up()
@@ -90,6 +96,14 @@ class RelayService:
             except StorageError:  # e.g. truncated under the read: serve what we have
                 pass
         return parts
+
+    async def current(self, sources: list[Source]) -> list[Source]:
+        """The requested sources as the catalogue has them now: a stream source gains
+        segments when its stream scales."""
+        if not any(s.stream for s in sources):
+            return sources
+        now = {s.id: s for s in await self.catalogue.sources()}
+        return [now.get(s.id, s) for s in sources]
 
     async def stream(
         self,
@@ -100,30 +114,30 @@ class RelayService:
         as_json: bool,
         hold: float,
         from_latest: bool = False,
-        upper: dict[int, int] | None = None,
+        upper: dict[str, int] | None = None,
     ) -> StreamAnswer:
+        """``upper``: per partition key, the highest SCN to serve (a bootstrap phase)."""
         answer = StreamAnswer(checkpoint)
         deadline = time.monotonic() + hold
         self._rotation += 1
         latest_set = False
         while True:
+            sources = await self.current(sources)
             serving = [s for s in sources if self.state_of(s) == "running"]
-            parts: list[tuple[Source, Partition]] = []
+            every: list[tuple[Source, str, Partition]] = []
             for source in serving:
-                for part in await self.refreshed(source):
-                    parts.append((source, part))
+                for i, part in enumerate(await self.refreshed(source)):
+                    every.append((source, source.key(i), part))
             if from_latest and not latest_set:
-                for source, part in parts:
-                    checkpoint.advance(source.id, part.max_scn, -1)
+                for _source, key, part in every:
+                    checkpoint.advance(key, part.max_scn, -1)
                 latest_set = True
-            starts = []
             try:
-                for source, part in parts:
-                    since, offset = checkpoint.position(source.id)
-                    starts.append(part.start_of(since, offset))
+                starts = {key: part.start_of(*checkpoint.position(key)) for _s, key, part in every}
             except TooOld as e:
                 answer.too_old = str(e)
                 return answer
+            parts = _ready(serving, every, starts)
             if parts:
                 turn = self._rotation % len(parts)
                 order = list(range(turn, len(parts))) + list(range(turn))
@@ -131,10 +145,10 @@ class RelayService:
                 order = []
             moved = False
             for k in order:
-                source, part = parts[k]
-                limit = NO_LIMIT if upper is None else upper.get(source.id, -1)
+                source, key, part = parts[k]
+                limit = NO_LIMIT if upper is None else upper.get(key, -1)
                 served = await part.serve(
-                    starts[k],
+                    starts[key],
                     size - answer.nbytes,
                     limit,
                     tests.get(source.id),
@@ -142,19 +156,23 @@ class RelayService:
                     must_send=answer.nbytes == 0,
                 )
                 if served.position is not None:
-                    checkpoint.advance(source.id, *served.position)
+                    checkpoint.advance(key, *served.position)
                     moved = True
                 answer.chunks.extend(served.chunks)
                 answer.nbytes += served.nbytes
                 answer.events += served.events
                 answer.filtered += served.filtered
                 answer.windows += served.windows
+                if served.nbytes or served.filtered:
+                    mine = answer.by_source.setdefault(source.id, [0, 0, 0])
+                    mine[0] += served.events
+                    mine[1] += served.nbytes
+                    mine[2] += served.filtered
                 if answer.nbytes >= size:
                     break
             if upper is not None:
                 answer.done = all(
-                    _reached(part, checkpoint, source.id, upper.get(source.id, -1))
-                    for source, part in parts
+                    _reached(part, checkpoint, key, upper.get(key, -1)) for _s, key, part in every
                 )
                 return answer
             if moved:
@@ -163,15 +181,21 @@ class RelayService:
             if remaining <= 0:
                 answer.no_events = True
                 return answer
-            await self._wait(parts, remaining)
+            streams = any(s.stream for s in serving)
+            await self._wait([p for _s, _k, p in parts], remaining, streams)
 
-    async def _wait(self, parts: list[tuple[Source, Partition]], timeout: float) -> None:
-        """Until a requested partition gets data, a source changes state, or timeout."""
+    async def _wait(self, parts: list[Partition], timeout: float, streams: bool) -> None:
+        """Until a partition being served gets data, a source changes state, the streams'
+        metadata changes (``streams``: a scale adds segments), or timeout."""
+        store = self.store
         waits: list[asyncio.Future[object]] = [
-            asyncio.ensure_future(self.store.wait_for_data(p.segment, p.scan_offset, timeout))
-            for _s, p in parts
-            if not p.broken
+            asyncio.ensure_future(store.wait_for_data(p.segment, p.scan_offset, timeout))
+            for p in parts
+            if not p.broken and not p.complete
         ]
+        if streams and self.catalogue.metadata_length >= 0:
+            md = store.wait_for_data(METADATA_TABLE, self.catalogue.metadata_length, timeout)
+            waits.append(asyncio.ensure_future(md))
         waits.append(asyncio.ensure_future(self.state_changed.wait()))
         try:
             done, _ = await asyncio.wait(
@@ -187,7 +211,28 @@ class RelayService:
                     await w
 
 
-def _reached(part: Partition, checkpoint: Checkpoint, src_id: int, upper: int) -> bool:
-    """Whether the source's next window lies above ``upper`` (or there is none)."""
-    i, _skip = part.start_of(*checkpoint.position(src_id))
+def _ready(
+    sources: list[Source],
+    every: list[tuple[Source, str, Partition]],
+    starts: dict[str, tuple[int, int]],
+) -> list[tuple[Source, str, Partition]]:
+    """The partitions that may be served now: all of a segment source's; of a stream
+    source's, those whose predecessors are sealed and consumed to their end (or gone), so a
+    key's events in a successor never come before its events in a predecessor."""
+    finished: dict[str, bool] = {}
+    for _source, key, part in every:
+        finished[part.segment] = part.complete and starts[key][0] >= len(part.scns)
+    out = []
+    for source, key, part in every:
+        if source.stream:
+            i = source.partitions.index(part.segment)
+            if not all(finished.get(p, True) for p in source.preds[i]):
+                continue
+        out.append((source, key, part))
+    return out
+
+
+def _reached(part: Partition, checkpoint: Checkpoint, key: str, upper: int) -> bool:
+    """Whether the partition's next window lies above ``upper`` (or there is none)."""
+    i, _skip = part.start_of(*checkpoint.position(key))
     return i >= len(part.scns) or part.scns[i] > upper

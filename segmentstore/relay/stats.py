@@ -10,7 +10,7 @@ from two samples at least a second apart, so scraping often does not make them n
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 CONNECTED_SECONDS = 30.0
@@ -28,10 +28,43 @@ class ClientStats:
     last_seen: float = 0.0
 
 
+@dataclass(slots=True)
+class HttpCalls:
+    """Databus's outbound HTTP statistics (``/relayStats/outbound/http/...``)."""
+
+    numStreamCalls: int = 0  # the spec's field names, camelCase
+    numSourcesCalls: int = 0
+    numRegisterCalls: int = 0
+    numBootstrapCalls: int = 0
+    numOtherCalls: int = 0
+    numErrStream: int = 0
+    numErrSources: int = 0
+    numErrRegister: int = 0
+    numScnNotFoundStream: int = 0
+    timeStreamCallsMs: float = 0.0
+    latestStreamCallTime: int = 0
+    maxStreamWinScn: int = -1
+    minStreamWinScn: int = -1
+
+
+@dataclass(slots=True)
+class SourceOut:
+    """What the relay sent of one source."""
+
+    events: int = 0
+    bytes: int = 0
+    filtered: int = 0
+    calls: HttpCalls = field(default_factory=HttpCalls)
+
+
 class RelayStats:
     def __init__(self) -> None:
+        self.started_ms = int(time.time() * 1000)
         self.clients: dict[str, ClientStats] = {}
         self.total = ClientStats()
+        self.calls: dict[str, HttpCalls] = {}  # per client
+        self.total_calls = HttpCalls()
+        self.sources: dict[int, SourceOut] = {}
         self._sample: tuple[float, int, int, int] | None = None
         self._rates = (0.0, 0.0, 0.0)
 
@@ -53,6 +86,52 @@ class RelayStats:
             s.filtered += filtered
             if events == 0 and nbytes == 0:
                 s.no_events += 1
+
+    def record_sources(self, per_source: dict[int, list[int]]) -> None:
+        """Per source id: [events, bytes, filtered] of one answer."""
+        for src, (events, nbytes, filtered) in per_source.items():
+            out = self.sources.setdefault(src, SourceOut())
+            out.events += events
+            out.bytes += nbytes
+            out.filtered += filtered
+
+    def record_call(
+        self,
+        client: str,
+        kind: str,
+        status: int,
+        ms: float,
+        sources: list[int],
+        too_old: bool = False,
+        window_scn: int = -1,
+    ) -> None:
+        """One HTTP call of ``kind`` (stream, sources, register, bootstrap, other)."""
+        if client not in self.calls and len(self.calls) >= 10_000:
+            del self.calls[next(iter(self.calls))]  # bounded: forget the oldest client
+        targets = [self.calls.setdefault(client, HttpCalls()), self.total_calls]
+        targets += [self.sources.setdefault(s, SourceOut()).calls for s in sources]
+        error = status >= 400
+        for c in targets:
+            if kind == "stream":
+                c.numStreamCalls += 1
+                c.numErrStream += error
+                c.numScnNotFoundStream += too_old
+                c.timeStreamCallsMs += ms
+                c.latestStreamCallTime = int(time.time() * 1000)
+                if window_scn >= 0:
+                    c.maxStreamWinScn = max(c.maxStreamWinScn, window_scn)
+                    low = c.minStreamWinScn
+                    c.minStreamWinScn = window_scn if low < 0 else min(low, window_scn)
+            elif kind == "sources":
+                c.numSourcesCalls += 1
+                c.numErrSources += error
+            elif kind == "register":
+                c.numRegisterCalls += 1
+                c.numErrRegister += error
+            elif kind == "bootstrap":
+                c.numBootstrapCalls += 1
+            else:
+                c.numOtherCalls += 1
 
     def connected(self) -> list[str]:
         now = time.time()

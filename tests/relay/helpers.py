@@ -61,12 +61,13 @@ async def stream_all(
     output: str = "binary",
     filters: str | None = None,
     checkpoint: str | None = None,
+    max_answers: int = 10_000,
 ) -> tuple[list[databus.DatabusEvent], list[list[databus.DatabusEvent]], str]:
-    """Follow checkpoints until no-events; returns (data events, each answer's events,
-    final checkpoint)."""
+    """Follow checkpoints until no-events (or ``max_answers`` answers); returns (data
+    events, each answer's events, final checkpoint)."""
     events: list[databus.DatabusEvent] = []
     answers: list[list[databus.DatabusEvent]] = []
-    for _ in range(10_000):
+    for _ in range(max_answers):
         params = {"sources": source, "size": str(size), "output": output, "timeout": "0"}
         if checkpoint:
             params["checkPoint"] = checkpoint
@@ -82,4 +83,7 @@ async def stream_all(
         got = decode_events(body, output == "json")
         answers.append(got)
         events.extend(e for e in got if not e.end_of_period)
+    if max_answers < 10_000:
+        assert checkpoint is not None
+        return events, answers, checkpoint
     raise AssertionError("stream did not reach its end")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import segmentstore_client as sc
+
 from .helpers import db_windows, get, source_name, stream_all, write
 
 if TYPE_CHECKING:
@@ -19,8 +21,12 @@ async def test_ids_scns_and_checkpoints_survive_a_restart(server_factory: Server
     await write(srv.endpoint, b, db_windows(3, 2))
     _s, _h, body = await get(srv.http_port, "/sources")  # b is seen first: id 1
     await write(srv.endpoint, a, [b"raw-%d" % i for i in range(5)])
+    async with sc.connect(srv.endpoint) as client:  # many new segments: ids given in one batch
+        for i in range(300):
+            await client.create_segment(f"restart/many/{i}")
     _s, _h, body = await get(srv.http_port, "/sources")
     before = {s["name"]: s["id"] for s in json.loads(body)}
+    assert len(before) == 302 and len(set(before.values())) == 302
     assert before[source_name(b)] < before[source_name(a)]  # not alphabetical: first seen
     both = f"{source_name(a)},{source_name(b)}"
     events, _a, cp = await stream_all(srv.http_port, both, size=300)

@@ -241,3 +241,29 @@ async def test_segment_of_raw_bytes_is_not_served_but_harms_nothing(
     await write(module_server.endpoint, other, [b"fine"])
     events, _a, _cp = await stream_all(module_server.http_port, f"{name},{source_name(other)}")
     assert [e.value for e in events] == [b"fine"]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    import os
+    from pathlib import Path
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def test_long_poll_on_a_sealed_segment_does_not_spin(module_server: ServerProcess) -> None:
+    """A sealed segment read to its end gets no more data: a long poll on it waits
+    without looping (the store answers a wait on a sealed segment at once)."""
+    seg = unique_segment()
+    await write(module_server.endpoint, seg, db_windows(1, 1))
+    async with sc.connect(module_server.endpoint) as client:
+        await client.seal(seg)
+    _e, _a, cp = await stream_all(module_server.http_port, source_name(seg))
+    params = {"sources": source_name(seg), "checkPoint": cp, "timeout": "1500"}
+    cpu = _cpu_seconds(module_server.pid)
+    started = time.monotonic()
+    _status, headers, _body = await get(module_server.http_port, "/stream", params)
+    assert time.monotonic() - started >= 1.4
+    assert headers["X-Databus-Error"] == "no-events"
+    assert _cpu_seconds(module_server.pid) - cpu < 0.15  # a spin burns what it can get
