@@ -25,6 +25,8 @@ EXIT_STORAGE = 3  # serve: the store refused to open its data directory
 SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.segment",
     "segmentstore.commands.table",
+    "segmentstore.commands.scope",
+    "segmentstore.commands.stream",
     "segmentstore.commands.health",
     "segmentstore.commands.bench",
     "segmentstore.commands.completion",
@@ -104,8 +106,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``. Event arguments after an option (``write S --routing-key k a b``)
+    are left over by argparse once ``events`` matched nothing before the option: they
+    are the events."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if getattr(args, "events", None) == [] and not any(e.startswith("-") for e in extra):
+            args.events = extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     if args.command != "serve":
         code: int = args.func(args)
         return code

@@ -21,9 +21,11 @@ from typing import IO, Any, Final
 import segmentstore_client as sc
 from segmentstore_client import errors as E
 from segmentstore_client.protocol.names import name_problem
+from segmentstore_client.streams import NoSuchStream, StreamExists
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:12345"
 ENDPOINT_ENV: Final = "SEGMENTSTORE_ENDPOINT"
+CONTROLLER_ENV: Final = "SEGMENTSTORE_CONTROLLER"
 DEFAULT_TIMEOUT: Final = 10.0
 
 
@@ -65,7 +67,9 @@ EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (E.ConnectionLost, Exit.CONNECTION_LOST),
     (E.Timeout, Exit.TIMEOUT),
     (E.NoSuchSegment, Exit.NOT_FOUND),
+    (NoSuchStream, Exit.NOT_FOUND),
     (E.SegmentAlreadyExists, Exit.EXISTS),
+    (StreamExists, Exit.EXISTS),
     (E.SegmentSealed, Exit.SEALED),
     (E.SegmentTruncated, Exit.TRUNCATED),
     (E.TableKeyDoesNotExist, Exit.CONFLICT),
@@ -144,10 +148,27 @@ def add_global_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_controller_option(p: argparse.ArgumentParser) -> None:
+    """``--controller`` of the scope and stream commands (SUPPRESS default, as above)."""
+    p.add_argument(
+        "--controller",
+        default=argparse.SUPPRESS,
+        metavar="URI",
+        help=f"the controller (default ${CONTROLLER_ENV}, or the endpoint's host, port 9090)",
+    )
+
+
 def add_leaf(
-    sub: Any, name: str, help: str, description: str, example_lines: tuple[str, ...]
+    sub: Any,
+    name: str,
+    help: str,
+    description: str,
+    example_lines: tuple[str, ...],
+    *,
+    controller: bool = False,
 ) -> argparse.ArgumentParser:
-    """A leaf subcommand with the global options and an examples epilog."""
+    """A leaf subcommand with the global options (and ``--controller`` when asked) and an
+    examples epilog."""
     p: argparse.ArgumentParser = sub.add_parser(
         name,
         help=help,
@@ -156,6 +177,8 @@ def add_leaf(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_global_options(p)
+    if controller:
+        add_controller_option(p)
     return p
 
 
@@ -194,6 +217,11 @@ def endpoint(args: argparse.Namespace) -> str:
     return str(getattr(args, "endpoint", None) or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT)
 
 
+def controller(args: argparse.Namespace) -> str:
+    """The controller's URI, or "" for the SDK's default (the endpoint's host, port 9090)."""
+    return str(getattr(args, "controller", None) or os.environ.get(CONTROLLER_ENV) or "")
+
+
 def timeout(args: argparse.Namespace) -> float:
     return float(getattr(args, "timeout", DEFAULT_TIMEOUT))
 
@@ -216,6 +244,7 @@ def connect(args: argparse.Namespace, *, reconnect_for: float = 0.0) -> sc.Clien
         request_timeout=t,
         reconnect_timeout=reconnect_for,
         keepalive_interval=max(t, 1.0),
+        controller=controller(args),
     )
 
 

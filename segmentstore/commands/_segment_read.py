@@ -40,7 +40,7 @@ FORMATS = (*LINE_FORMATS, "raw")
 FOLLOW_RECONNECT_S = 60.0  # a follower rides out a server restart this long
 
 
-def _add_output_options(p: argparse.ArgumentParser) -> None:
+def add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -82,7 +82,7 @@ def add_parsers(sub: Any) -> None:
         help="offset, position JSON, 'start' (default) or 'end'",
     )
     c.add_argument("-f", "--follow", action="store_true", help="wait for new events")
-    _add_output_options(c)
+    add_output_options(c)
     c.set_defaults(func=command(_cat))
 
     t = add_leaf(
@@ -102,7 +102,7 @@ def add_parsers(sub: Any) -> None:
         "-n", "--lines", type=non_negative_int, default=10, help="last events to print (10)"
     )
     t.add_argument("-f", "--follow", action="store_true", help="wait for new events")
-    _add_output_options(t)
+    add_output_options(t)
     t.set_defaults(func=command(_tail))
 
 
