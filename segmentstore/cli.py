@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
+from .commands._cli import add_global_options, apply_top_level
 from .config import FSYNC_MODES, ConfigError, load_config
 
 # One line per subcommand module; each module's add_parser registers its commands.
@@ -42,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="segmentstore", description="A Pravega-style segment store and its tools."
     )
     p.add_argument("--version", action="version", version=f"segmentstore {__version__}")
+    add_global_options(p, top=True)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser(
         "serve",
@@ -117,6 +119,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
             args.events = extra
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    apply_top_level(parser, args)
     return args
 
 

@@ -78,7 +78,7 @@ EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (E.AttributeConflict, Exit.CONFLICT),
     (E.WriterFenced, Exit.CONFLICT),
     (E.TableNotEmpty, Exit.CONFLICT),
-    (E.CorruptData, Exit.BAD_DATA),
+    (E.CorruptData, Exit.BAD_DATA),  # FormatError (formats) is a CorruptRecord
     (E.CorruptRecord, Exit.BAD_DATA),
     (E.EventTooLarge, Exit.BAD_DATA),
     (E.CodecUnavailable, Exit.BAD_DATA),
@@ -116,10 +116,19 @@ def examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def add_global_options(p: argparse.ArgumentParser) -> None:
-    """``--endpoint``, ``--timeout``, ``--debug``; SUPPRESS defaults let the value given
-    at any level (``segment --endpoint X info`` or ``segment info --endpoint X``) win."""
-    g = p.add_argument_group("common options")
+TOP_LEVEL_NOTE: Final = (
+    "options of the client subcommands, also accepted after the subcommand (where they "
+    "win when given in both places)"
+)
+
+
+def add_global_options(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``--endpoint``, ``--timeout``, ``--quiet``, ``--debug``; SUPPRESS defaults let the
+    value given last in the command's path win (``segmentstore --endpoint X segment
+    info``, ``segment --endpoint X info`` or ``segment info --endpoint X``). ``top``: the
+    top-level parser's copy, with ``--controller`` and ``--json`` (:func:`apply_top_level`
+    checks that the subcommand takes them)."""
+    g = p.add_argument_group(TOP_LEVEL_NOTE if top else "common options")
     g.add_argument(
         "--endpoint",
         default=argparse.SUPPRESS,
@@ -146,16 +155,101 @@ def add_global_options(p: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help="log the SDK's debug messages and print tracebacks",
     )
+    if top:
+        _controller_argument(g)
+        g.add_argument(
+            "--json",
+            dest="top_json",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="JSON output (the subcommands that have --json)",
+        )
+    else:
+        p.set_defaults(client_options_=True)
 
 
-def add_controller_option(p: argparse.ArgumentParser) -> None:
-    """``--controller`` of the scope and stream commands (SUPPRESS default, as above)."""
-    p.add_argument(
+CLIENT_OPTIONS: Final = ("endpoint", "timeout", "quiet", "debug")
+
+
+def apply_top_level(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Check the options given before the subcommand against what it takes (one usage
+    error if it does not), and apply ``--json``; drop the markers from ``args``."""
+    given = vars(args)
+    what = " ".join(
+        str(given[k]) for k in ("command", *(k for k in given if k.endswith("_command")))
+    )
+    top_json = given.pop("top_json", False)
+    client = given.pop("client_options_", False)
+    controller = given.pop("controller_option_", False)
+    for name in CLIENT_OPTIONS:
+        if name in given and not client:
+            parser.error(f"--{name} does not apply to `{what}`")
+    if "controller" in given and not controller:
+        parser.error(f"--controller does not apply to `{what}`")
+    if top_json:
+        if "json" not in given:
+            parser.error(f"--json: `{what}` has no JSON output")
+        args.json = True
+
+
+def _controller_argument(g: Any) -> None:
+    g.add_argument(
         "--controller",
         default=argparse.SUPPRESS,
         metavar="URI",
         help=f"the controller (default ${CONTROLLER_ENV}, or the endpoint's host, port 9090)",
     )
+
+
+def add_controller_option(p: argparse.ArgumentParser) -> None:
+    """``--controller`` of the scope and stream commands (SUPPRESS default, as above)."""
+    _controller_argument(p)
+    p.set_defaults(controller_option_=True)
+
+
+# Flags several commands take, for ``add_leaf(..., flags=...)``.
+EXIST_OK: Final = ("--exist-ok", "no error if it exists")
+MISSING_OK: Final = ("--missing-ok", "no error if it does not exist")
+JSON_OBJECT: Final = ("--json", "one JSON object")
+
+
+def json_lines(what: str) -> tuple[str, str]:
+    """The ``--json`` flag of a command that prints one JSON object per ``what``."""
+    return ("--json", f"one JSON object per {what} and line")
+
+
+def _parser_with_examples(
+    sub: Any, name: str, help: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return p
+
+
+def add_group(
+    subparsers: Any,
+    name: str,
+    help: str,
+    description: str,
+    example_lines: tuple[str, ...],
+    *,
+    epilog_extra: str = "",
+    controller: bool = False,
+) -> Any:
+    """A subcommand with subcommands of its own (``segment``, ``table``, ...): the global
+    options (and ``--controller`` when asked) at its level too, an examples epilog (then
+    ``epilog_extra``); returns the subparsers its leaves are added to (:func:`add_leaf`)."""
+    epilog = examples(*example_lines) + (f"\n\n{epilog_extra}" if epilog_extra else "")
+    p = _parser_with_examples(subparsers, name, help, description, epilog)
+    add_global_options(p)
+    if controller:
+        add_controller_option(p)
+    return p.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
 
 
 def add_leaf(
@@ -165,20 +259,20 @@ def add_leaf(
     description: str,
     example_lines: tuple[str, ...],
     *,
+    func: Callable[[argparse.Namespace], int] | None = None,
+    flags: tuple[tuple[str, str], ...] = (),
     controller: bool = False,
 ) -> argparse.ArgumentParser:
-    """A leaf subcommand with the global options (and ``--controller`` when asked) and an
-    examples epilog."""
-    p: argparse.ArgumentParser = sub.add_parser(
-        name,
-        help=help,
-        description=description,
-        epilog=examples(*example_lines),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    """A leaf subcommand with the global options (and ``--controller`` when asked), an
+    examples epilog, the on/off ``flags`` (option, help) and ``func`` as its handler."""
+    p = _parser_with_examples(sub, name, help, description, examples(*example_lines))
     add_global_options(p)
     if controller:
         add_controller_option(p)
+    for option, text in flags:
+        p.add_argument(option, action="store_true", help=text)
+    if func is not None:
+        p.set_defaults(func=func)
     return p
 
 
@@ -285,7 +379,8 @@ def run(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
         message = one_line(e)
         if code == Exit.INTERNAL:
             message = f"internal error: {message} (run with --debug for the traceback)"
-        print(f"segmentstore: {printable(message)}", file=sys.stderr)
+        prog = getattr(args, "prog_", "segmentstore")
+        print(f"{prog}: {printable(message)}", file=sys.stderr)
         return code
 
 

@@ -34,13 +34,11 @@ from ._cli import (
     add_leaf,
     command,
     connect,
-    non_negative_int,
     status,
-    write_all,
 )
-from ._render import event_dict, text_line
-from ._segment_read import LINE_FORMATS, add_output_options, unescape
-from ._segment_write import read_blocks, split
+from ._render import event_dict
+from ._segment_read import add_output_options, print_batches, renderer, unescape
+from ._segment_write import add_input_options, read_blocks, split
 
 FOLLOW_RECONNECT_S = 60.0  # a follower rides out a server restart this long
 Start = Literal["head", "tail"] | StreamCut
@@ -112,16 +110,11 @@ def add_parsers(sub: Any) -> None:
             "segmentstore stream write shop/orders --key-field user --file orders.jsonl",
             "printf 'a\\nb\\n' | segmentstore stream write shop/orders",
         ),
+        func=stream_command(_write),
         controller=True,
     )
     w.add_argument("stream", type=stream_name)
-    w.add_argument("events", nargs="*", metavar="EVENT", help="events to write (UTF-8)")
-    w.add_argument("--file", default="-", help="read events from this file (- = stdin)")
-    w.add_argument(
-        "--delimiter",
-        default="\\n",
-        help="separates events in the input (escapes \\n \\t \\0 \\xNN; default \\n)",
-    )
+    add_input_options(w)
     key = w.add_mutually_exclusive_group()
     key.add_argument("--routing-key", help="the routing key of every event")
     key.add_argument(
@@ -129,7 +122,6 @@ def add_parsers(sub: Any) -> None:
         metavar="FIELD",
         help="events are JSON objects; the routing key is this field's value",
     )
-    w.set_defaults(func=stream_command(_write))
 
     c = add_leaf(
         sub,
@@ -144,6 +136,7 @@ def add_parsers(sub: Any) -> None:
             "segmentstore stream cat shop/orders -f --from tail",
             "segmentstore stream cat shop/orders --group billing --reader r1 --count 100",
         ),
+        func=stream_command(_cat),
         controller=True,
     )
     c.add_argument("stream", type=stream_name)
@@ -154,10 +147,8 @@ def add_parsers(sub: Any) -> None:
         help="stream cut JSON, @FILE, - (stdin), 'head' (default) or 'tail'",
     )
     c.add_argument("--to", dest="end", help="stream cut JSON, @FILE or - (default: the tail)")
-    c.add_argument("-f", "--follow", action="store_true", help="wait for new events")
     _add_group_options(c)
     add_output_options(c)
-    c.set_defaults(func=stream_command(_cat))
 
     t = add_leaf(
         sub,
@@ -170,15 +161,11 @@ def add_parsers(sub: Any) -> None:
             "segmentstore stream tail -f shop/orders",
             "segmentstore stream tail -n 0 -f shop/orders --json",
         ),
+        func=stream_command(_tail),
         controller=True,
     )
     t.add_argument("stream", type=stream_name)
-    t.add_argument(
-        "-n", "--lines", type=non_negative_int, default=10, help="last events to print (10)"
-    )
-    t.add_argument("-f", "--follow", action="store_true", help="wait for new events")
-    add_output_options(t)
-    t.set_defaults(func=stream_command(_tail))
+    add_output_options(t, lines=True)
 
 
 def stream_name(text: str) -> str:
@@ -264,23 +251,20 @@ async def _write(args: argparse.Namespace) -> int:
 # -- reading -------------------------------------------------------------------------------
 
 
-def renderer(args: argparse.Namespace) -> Callable[[StreamEvent], bytes]:
-    """The ``--format`` of ``segment cat``; JSON lines also name the stream and segment."""
-    fmt = "json" if args.json else args.format
-    if fmt == "raw":
-        delimiter = unescape(args.delimiter)
-        return lambda e: e.data + delimiter
-    if fmt == "json":
+def _json_line(e: StreamEvent) -> str:
+    d = {"stream": e.stream, "segment": e.segment, **event_dict(e.offset, e.data)}
+    return json.dumps(d, separators=(",", ":"))
 
-        def as_json(e: StreamEvent) -> bytes:
-            d = {"stream": e.stream, "segment": e.segment, **event_dict(e.offset, e.data)}
-            return (json.dumps(d, separators=(",", ":")) + "\n").encode()
 
-        return as_json
-    if args.offsets and fmt == "text":
-        return lambda e: f"{e.segment}:{e.offset}\t{text_line(e.data)}\n".encode()
-    line = LINE_FORMATS[fmt]
-    return lambda e: (line(e.offset, e.data) + "\n").encode()
+def _print(
+    args: argparse.Namespace, batches: AsyncGenerator[list[StreamEvent], None], count: int | None
+) -> Awaitable[int]:
+    """``segment cat``'s output of stream events: JSON lines name the stream and segment,
+    ``--offsets`` labels are SEGMENT:OFFSET."""
+    render: Callable[[StreamEvent], bytes] = renderer(
+        args, _json_line, lambda e: f"{e.segment}:{e.offset}"
+    )
+    return print_batches(render, batches, count)
 
 
 async def range_batches(
@@ -338,28 +322,6 @@ async def group_batches(
             await rg.table.delete(missing_ok=True)
 
 
-async def print_batches(
-    args: argparse.Namespace,
-    batches: AsyncGenerator[list[StreamEvent], None],
-    count: int | None,
-) -> int:
-    """Print events until ``batches`` ends or ``count`` are printed; returns how many."""
-    render = renderer(args)
-    out = sys.stdout.buffer
-    printed = 0
-    try:
-        async for batch in batches:
-            if count is not None:
-                batch = batch[: count - printed]
-            write_all(out, b"".join([render(e) for e in batch]))
-            printed += len(batch)
-            if count is not None and printed >= count:
-                break
-    finally:
-        await batches.aclose()
-    return printed
-
-
 async def _cat(args: argparse.Namespace) -> int:
     if args.count == 0:
         return Exit.OK
@@ -384,7 +346,7 @@ async def _cat(args: argparse.Namespace) -> int:
             assert isinstance(begin, StreamCut)
             end = info.tail if args.end is None else read_cut(args.end, args.stream, "--to")
             batches = range_batches(client, args.stream, begin.positions, end.positions)
-        await print_batches(args, batches, args.count)
+        await _print(args, batches, args.count)
     return Exit.OK
 
 
@@ -397,10 +359,10 @@ async def _tail(args: argparse.Namespace) -> int:
             batches = range_batches(client, args.stream, info.head.positions, info.tail.positions)
             async for batch in batches:
                 last.extend(batch)
-            await print_batches(args, _once(list(last)), None)
+            await _print(args, _once(list(last)), None)
         if args.follow:
             args.reader = None
-            await print_batches(args, group_batches(client, args, info.tail, None, None), None)
+            await _print(args, group_batches(client, args, info.tail, None, None), None)
     return Exit.OK
 
 

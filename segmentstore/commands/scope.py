@@ -12,12 +12,13 @@ import json
 from typing import Any
 
 from ._cli import (
+    EXIST_OK,
+    MISSING_OK,
     CliError,
     Exit,
-    add_controller_option,
-    add_global_options,
+    add_group,
     add_leaf,
-    examples,
+    json_lines,
     printable,
     status,
 )
@@ -32,22 +33,20 @@ def scope_name(text: str) -> str:
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    sub = add_group(
+        subparsers,
         "scope",
-        help="create, list and delete scopes (stream namespaces)",
-        description="Work with the scopes of a running segment store, through its "
-        "controller. A scope holds streams (see `segmentstore stream`).",
-        epilog=examples(
+        "create, list and delete scopes (stream namespaces)",
+        "Work with the scopes of a running segment store, through its controller. A "
+        "scope holds streams (see `segmentstore stream`).",
+        (
             "segmentstore scope create shop",
             "segmentstore scope list",
             "segmentstore scope exists shop && echo yes",
             "segmentstore scope delete shop",
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        controller=True,
     )
-    add_global_options(p)
-    add_controller_option(p)
-    sub = p.add_subparsers(dest="scope_command", required=True, metavar="COMMAND")
 
     c = add_leaf(
         sub,
@@ -55,22 +54,22 @@ def add_parser(subparsers: Any) -> None:
         "create a scope",
         "Create a scope (exit code 5 if it exists, unless --exist-ok).",
         ("segmentstore scope create shop", "segmentstore scope create shop --exist-ok"),
+        func=stream_command(_create),
+        flags=(EXIST_OK,),
         controller=True,
     )
     c.add_argument("scope", type=scope_name)
-    c.add_argument("--exist-ok", action="store_true", help="no error if it exists")
-    c.set_defaults(func=stream_command(_create))
 
-    ls = add_leaf(
+    add_leaf(
         sub,
         "list",
         "names of the scopes",
         "List every scope, one name per line (or JSON lines).",
         ("segmentstore scope list", "segmentstore scope list --json"),
+        func=stream_command(_list),
+        flags=(json_lines("scope"),),
         controller=True,
     )
-    ls.add_argument("--json", action="store_true", help="one JSON object per scope and line")
-    ls.set_defaults(func=stream_command(_list))
 
     e = add_leaf(
         sub,
@@ -78,10 +77,10 @@ def add_parser(subparsers: Any) -> None:
         "exit 0 if a scope exists, 4 if not",
         "Exit 0 if the scope exists and 4 (with one line on stderr) if it does not.",
         ("segmentstore scope exists shop && echo yes",),
+        func=stream_command(_exists),
         controller=True,
     )
     e.add_argument("scope", type=scope_name)
-    e.set_defaults(func=stream_command(_exists))
 
     d = add_leaf(
         sub,
@@ -89,11 +88,11 @@ def add_parser(subparsers: Any) -> None:
         "delete an empty scope",
         "Delete a scope; it must hold no streams (delete them first).",
         ("segmentstore scope delete shop", "segmentstore scope delete shop --missing-ok"),
+        func=stream_command(_delete),
+        flags=(MISSING_OK,),
         controller=True,
     )
     d.add_argument("scope", type=scope_name)
-    d.add_argument("--missing-ok", action="store_true", help="no error if it does not exist")
-    d.set_defaults(func=stream_command(_delete))
 
 
 def _missing(scope: str) -> CliError:

@@ -24,12 +24,13 @@ from segmentstore_client.streams import (
 
 from . import _stream_io
 from ._cli import (
+    JSON_OBJECT,
+    MISSING_OK,
     CliError,
     Exit,
-    add_controller_option,
-    add_global_options,
+    add_group,
     add_leaf,
-    examples,
+    json_lines,
     non_negative_int,
     printable,
     status,
@@ -46,12 +47,13 @@ def positive_int(text: str) -> int:
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    sub = add_group(
+        subparsers,
         "stream",
-        help="create, inspect, write and read streams",
-        description="Work with the streams of a running segment store, through its "
+        "create, inspect, write and read streams",
+        "Work with the streams of a running segment store, through its "
         "controller (streams live in scopes: `segmentstore scope create` first).",
-        epilog=examples(
+        (
             "segmentstore stream create shop/orders --segments 4",
             "segmentstore stream write shop/orders --routing-key user-7 hello",
             "segmentstore stream cat shop/orders --json",
@@ -59,11 +61,8 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore stream info shop/orders",
             "segmentstore stream cut shop/orders > tail-cut.json",
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        controller=True,
     )
-    add_global_options(p)
-    add_controller_option(p)
-    sub = p.add_subparsers(dest="stream_command", required=True, metavar="COMMAND")
 
     c = add_leaf(
         sub,
@@ -106,11 +105,11 @@ def add_parser(subparsers: Any) -> None:
         "Show a stream's segments per epoch with their key ranges, lengths and event "
         "counts, and its head and tail stream cuts, as an aligned table or one JSON object.",
         ("segmentstore stream info shop/orders", "segmentstore stream info shop/orders --json"),
+        func=stream_command(_info),
+        flags=(JSON_OBJECT,),
         controller=True,
     )
     i.add_argument("stream", type=stream_name)
-    i.add_argument("--json", action="store_true", help="one JSON object")
-    i.set_defaults(func=stream_command(_info))
 
     ls = add_leaf(
         sub,
@@ -118,11 +117,11 @@ def add_parser(subparsers: Any) -> None:
         "names of a scope's streams",
         "List the streams of a scope, one scope/stream per line (or JSON lines).",
         ("segmentstore stream list shop", "segmentstore stream list shop --json"),
+        func=stream_command(_list),
+        flags=(json_lines("stream"),),
         controller=True,
     )
     ls.add_argument("scope")
-    ls.add_argument("--json", action="store_true", help="one JSON object per stream and line")
-    ls.set_defaults(func=stream_command(_list))
 
     s = add_leaf(
         sub,
@@ -135,13 +134,13 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore stream scale shop/orders 8",
             "segmentstore stream scale shop/orders --ranges 0-0.25,0.25-1",
         ),
+        func=stream_command(_scale),
+        flags=(("--json", "the new segments as JSON lines"),),
         controller=True,
     )
     s.add_argument("stream", type=stream_name)
     s.add_argument("segments", type=positive_int, nargs="?", help="new segment count")
     s.add_argument("--ranges", help="explicit key ranges LOW-HIGH,... covering [0, 1)")
-    s.add_argument("--json", action="store_true", help="the new segments as JSON lines")
-    s.set_defaults(func=stream_command(_scale))
 
     se = add_leaf(
         sub,
@@ -149,10 +148,10 @@ def add_parser(subparsers: Any) -> None:
         "seal a stream (no more writes)",
         "Seal every segment of a stream: writers are refused, readers reach its end.",
         ("segmentstore stream seal shop/orders",),
+        func=stream_command(_seal),
         controller=True,
     )
     se.add_argument("stream", type=stream_name)
-    se.set_defaults(func=stream_command(_seal))
 
     d = add_leaf(
         sub,
@@ -163,11 +162,11 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore stream delete shop/orders",
             "segmentstore stream delete shop/orders --missing-ok",
         ),
+        func=stream_command(_delete),
+        flags=(MISSING_OK,),
         controller=True,
     )
     d.add_argument("stream", type=stream_name)
-    d.add_argument("--missing-ok", action="store_true", help="no error if it does not exist")
-    d.set_defaults(func=stream_command(_delete))
 
     t = add_leaf(
         sub,
@@ -179,11 +178,11 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore stream truncate shop/orders @cut.json",
             "segmentstore stream cut shop/orders | segmentstore stream truncate shop/orders -",
         ),
+        func=stream_command(_truncate),
         controller=True,
     )
     t.add_argument("stream", type=stream_name)
     t.add_argument("cut", help="stream cut JSON, @FILE, - or 'tail'")
-    t.set_defaults(func=stream_command(_truncate))
 
     cu = add_leaf(
         sub,
@@ -195,11 +194,11 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore stream cut shop/orders",
             "segmentstore stream cut shop/orders --head",
         ),
+        func=stream_command(_cut),
         controller=True,
     )
     cu.add_argument("stream", type=stream_name)
     cu.add_argument("--head", action="store_true", help="the head cut instead of the tail")
-    cu.set_defaults(func=stream_command(_cut))
 
     _stream_io.add_parsers(sub)
 
