@@ -131,6 +131,9 @@ def test_stream_create_options_and_errors(sc: Cli) -> None:
     r = sc("stream", "info", "no-slash")
     assert r.returncode == 2 and b"scope/stream" in r.stderr
     assert sc.ok("stream", "list", scope).split() == [s]
+    assert [json.loads(x) for x in sc.ok("stream", "list", scope, "--json").splitlines()] == [
+        {"stream": s}
+    ]
 
 
 def _events(out: str) -> list[dict[str, object]]:
@@ -174,7 +177,9 @@ def test_write_cat_info_cut_scale_truncate_seal_delete(sc: Cli, tmp_path: Path) 
 
     # one event after the cut in the same segment, then a scale and one in the new epoch
     sc.ok("stream", "write", s, "--routing-key", "user-7", "a4")
-    sc.ok("stream", "scale", s, "2")
+    new = [json.loads(x) for x in sc.ok("stream", "scale", s, "2", "--json").splitlines()]
+    assert [(r["epoch"], r["low"], r["high"]) for r in new] == [(1, 0.0, 0.5), (1, 0.5, 1.0)]
+    assert "give a segment count or --ranges" in sc.fails(2, "stream", "scale", s)
     sc.ok("stream", "write", s, "--routing-key", "user-7", "a5")
     everything = [e["data"] for e in _events(sc.ok("stream", "cat", s, "--json"))]
     assert len(everything) == 8
@@ -210,6 +215,7 @@ def test_cat_through_a_reader_group_resumes_where_it_stopped(sc: Cli) -> None:
     assert sc.ok("stream", "cat", s, *group) == "j3\n"
     assert sc.ok("stream", "cat", s, *group) == ""
     assert "needs --group" in sc.fails(2, "stream", "cat", s, "--reader", "r1")
+    assert "not with -f or --group" in sc.fails(2, "stream", "cat", s, "-f", "--to", "-")
 
 
 def test_tail_follow_sees_a_new_event_within_a_second_and_cleans_up(sc: Cli) -> None:
