@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import logging
 import os
 import sys
@@ -26,6 +27,9 @@ from segmentstore_client.streams import NoSuchStream, StreamExists
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:12345"
 ENDPOINT_ENV: Final = "SEGMENTSTORE_ENDPOINT"
 CONTROLLER_ENV: Final = "SEGMENTSTORE_CONTROLLER"
+TLS_CA_ENV: Final = "SEGMENTSTORE_TLS_CA_FILE"
+PASSWORD_ENV: Final = "SEGMENTSTORE_PASSWORD"
+TOKEN_ENV: Final = "SEGMENTSTORE_TOKEN"
 DEFAULT_TIMEOUT: Final = 10.0
 
 
@@ -47,6 +51,7 @@ class Exit:
     BAD_DATA = 12  # data or an input file does not parse (damaged, not records, too large)
     SERVER = 13  # any other refusal from the server, or an incompatible server
     LOCAL_IO = 14  # a local file could not be read or written
+    AUTH = 15  # credentials missing or refused, or not allowed to do this
     INTERNAL = 70  # a bug: an unexpected exception (run with --debug for the traceback)
     INTERRUPTED = 130  # Ctrl-C
     PIPE = 141  # stdout was closed early (``| head``): silent, as for SIGPIPE
@@ -78,6 +83,7 @@ EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (E.AttributeConflict, Exit.CONFLICT),
     (E.WriterFenced, Exit.CONFLICT),
     (E.TableNotEmpty, Exit.CONFLICT),
+    (E.AuthenticationFailed, Exit.AUTH),
     (E.CorruptData, Exit.BAD_DATA),  # FormatError (formats) is a CorruptRecord
     (E.CorruptRecord, Exit.BAD_DATA),
     (E.EventTooLarge, Exit.BAD_DATA),
@@ -122,89 +128,114 @@ TOP_LEVEL_NOTE: Final = (
 )
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+# The global options: (flags, dest, add_argument keywords); every default is SUPPRESS.
+GLOBAL_OPTIONS: Final[tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]] = (
+    (
+        ("--endpoint",),
+        "endpoint",
+        {
+            "metavar": "URI",
+            "help": f"segment store to talk to (default ${ENDPOINT_ENV} or {DEFAULT_ENDPOINT})",
+        },
+    ),
+    (
+        ("--controller",),
+        "controller",
+        {
+            "metavar": "URI",
+            "help": f"the controller: streams and tokens (default ${CONTROLLER_ENV}, or the "
+            "endpoint's host, port 9090)",
+        },
+    ),
+    (
+        ("--timeout",),
+        "timeout",
+        {
+            "type": positive_float,
+            "metavar": "SECONDS",
+            "help": f"connect and request timeout (default {DEFAULT_TIMEOUT:g})",
+        },
+    ),
+    (
+        ("--tls-ca-file",),
+        "tls_ca_file",
+        {
+            "metavar": "PEM",
+            "help": f"CA bundle for tls:// endpoints (default ${TLS_CA_ENV}; else the system's)",
+        },
+    ),
+    (
+        ("--user",),
+        "user",
+        {"help": f"authenticate as USER; the password comes from ${PASSWORD_ENV} or a prompt"},
+    ),
+    (
+        ("--token",),
+        "token",
+        {"help": f"authenticate with this static token (default ${TOKEN_ENV})"},
+    ),
+    (
+        ("-q", "--quiet"),
+        "quiet",
+        {"action": "store_true", "help": "no summary lines on stderr (errors are still printed)"},
+    ),
+    (
+        ("--debug",),
+        "debug",
+        {"action": "store_true", "help": "log the SDK's debug messages and print tracebacks"},
+    ),
+    (
+        ("--json",),
+        "json",
+        {"action": "store_true", "help": "JSON output (the subcommands that have --json)"},
+    ),
+)
+
+
 def add_global_options(p: argparse.ArgumentParser, *, top: bool = False) -> None:
-    """``--endpoint``, ``--timeout``, ``--quiet``, ``--debug``; SUPPRESS defaults let the
-    value given last in the command's path win (``segmentstore --endpoint X segment
-    info``, ``segment --endpoint X info`` or ``segment info --endpoint X``). ``top``: the
-    top-level parser's copy, with ``--controller`` and ``--json`` (:func:`apply_top_level`
-    checks that the subcommand takes them)."""
+    """:data:`GLOBAL_OPTIONS` but ``--json``; SUPPRESS defaults let the value given last
+    in the command's path win (``segmentstore --endpoint X segment info``, ``segment
+    --endpoint X info`` or ``segment info --endpoint X``). ``top``: the top-level
+    parser's copy (dests ``top_*``), with ``--json``; :func:`apply_top_level` moves them."""
     g = p.add_argument_group(TOP_LEVEL_NOTE if top else "common options")
-    g.add_argument(
-        "--endpoint",
-        default=argparse.SUPPRESS,
-        metavar="URI",
-        help=f"segment store to talk to (default ${ENDPOINT_ENV} or {DEFAULT_ENDPOINT})",
-    )
-    g.add_argument(
-        "--timeout",
-        type=positive_float,
-        default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help=f"connect and request timeout (default {DEFAULT_TIMEOUT:g})",
-    )
-    g.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="no summary lines on stderr (errors are still printed)",
-    )
-    g.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="log the SDK's debug messages and print tracebacks",
-    )
-    if top:
-        _controller_argument(g)
-        g.add_argument(
-            "--json",
-            dest="top_json",
-            action="store_true",
-            default=argparse.SUPPRESS,
-            help="JSON output (the subcommands that have --json)",
-        )
-    else:
+    for flags, dest, kw in GLOBAL_OPTIONS:
+        if dest != "json" or top:
+            g.add_argument(
+                *flags, dest=f"top_{dest}" if top else dest, default=argparse.SUPPRESS, **kw
+            )
+    if not top:
         p.set_defaults(client_options_=True)
 
 
-CLIENT_OPTIONS: Final = ("endpoint", "timeout", "quiet", "debug")
-
-
 def apply_top_level(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Check the options given before the subcommand against what it takes (one usage
-    error if it does not), and apply ``--json``; drop the markers from ``args``."""
+    """Move the options given before the subcommand (``top_*``) to their names unless
+    given after it as well (that one wins); one usage error if the subcommand does not
+    take them. Drops the markers from ``args``."""
     given = vars(args)
     what = " ".join(
         str(given[k]) for k in ("command", *(k for k in given if k.endswith("_command")))
     )
-    top_json = given.pop("top_json", False)
+    tops = {k.removeprefix("top_"): given.pop(k) for k in list(given) if k.startswith("top_")}
+    top_json = tops.pop("json", False)
     client = given.pop("client_options_", False)
-    controller = given.pop("controller_option_", False)
-    for name in CLIENT_OPTIONS:
-        if name in given and not client:
-            parser.error(f"--{name} does not apply to `{what}`")
-    if "controller" in given and not controller:
-        parser.error(f"--controller does not apply to `{what}`")
+    for name, value in tops.items():
+        if not client:
+            parser.error(f"--{name.replace('_', '-')} does not apply to `{what}`")
+        given.setdefault(name, value)
     if top_json:
         if "json" not in given:
             parser.error(f"--json: `{what}` has no JSON output")
         args.json = True
-
-
-def _controller_argument(g: Any) -> None:
-    g.add_argument(
-        "--controller",
-        default=argparse.SUPPRESS,
-        metavar="URI",
-        help=f"the controller (default ${CONTROLLER_ENV}, or the endpoint's host, port 9090)",
-    )
-
-
-def add_controller_option(p: argparse.ArgumentParser) -> None:
-    """``--controller`` of the scope and stream commands (SUPPRESS default, as above)."""
-    _controller_argument(p)
-    p.set_defaults(controller_option_=True)
 
 
 # Flags several commands take, for ``add_leaf(..., flags=...)``.
@@ -239,16 +270,13 @@ def add_group(
     example_lines: tuple[str, ...],
     *,
     epilog_extra: str = "",
-    controller: bool = False,
 ) -> Any:
     """A subcommand with subcommands of its own (``segment``, ``table``, ...): the global
-    options (and ``--controller`` when asked) at its level too, an examples epilog (then
+    options at its level too, an examples epilog (then
     ``epilog_extra``); returns the subparsers its leaves are added to (:func:`add_leaf`)."""
     epilog = examples(*example_lines) + (f"\n\n{epilog_extra}" if epilog_extra else "")
     p = _parser_with_examples(subparsers, name, help, description, epilog)
     add_global_options(p)
-    if controller:
-        add_controller_option(p)
     return p.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
 
 
@@ -261,29 +289,16 @@ def add_leaf(
     *,
     func: Callable[[argparse.Namespace], int] | None = None,
     flags: tuple[tuple[str, str], ...] = (),
-    controller: bool = False,
 ) -> argparse.ArgumentParser:
-    """A leaf subcommand with the global options (and ``--controller`` when asked), an
-    examples epilog, the on/off ``flags`` (option, help) and ``func`` as its handler."""
+    """A leaf subcommand with the global options, an examples epilog, the on/off
+    ``flags`` (option, help) and ``func`` as its handler."""
     p = _parser_with_examples(sub, name, help, description, examples(*example_lines))
     add_global_options(p)
-    if controller:
-        add_controller_option(p)
     for option, text in flags:
         p.add_argument(option, action="store_true", help=text)
     if func is not None:
         p.set_defaults(func=func)
     return p
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def non_negative_int(text: str) -> int:
@@ -327,6 +342,24 @@ def parsed_endpoint(args: argparse.Namespace) -> sc.Endpoint:
         raise CliError(f"bad endpoint: {e}", Exit.USAGE) from None
 
 
+def credentials(args: argparse.Namespace) -> tuple[str, str] | str | None:
+    """``--user`` (password from $SEGMENTSTORE_PASSWORD, else a prompt on a terminal) or
+    ``--token`` / $SEGMENTSTORE_TOKEN; None without either."""
+    user = getattr(args, "user", None)
+    token = getattr(args, "token", None)
+    if user is not None and token is not None:
+        raise CliError("give --user or --token, not both", Exit.USAGE)
+    if user is not None:
+        password = os.environ.get(PASSWORD_ENV)
+        if password is None:
+            if not sys.stdin.isatty():
+                raise CliError(f"--user needs ${PASSWORD_ENV} (no terminal to ask)", Exit.USAGE)
+            password = getpass.getpass(f"password for {user}: ")
+        return (str(user), password)
+    token = token or os.environ.get(TOKEN_ENV)
+    return str(token) if token else None
+
+
 def connect(args: argparse.Namespace, *, reconnect_for: float = 0.0) -> sc.Client:
     """A client per the global options. ``reconnect_for`` is how long lost connections
     are retried; 0 (one-shot commands) reports a refused connection at once."""
@@ -339,6 +372,8 @@ def connect(args: argparse.Namespace, *, reconnect_for: float = 0.0) -> sc.Clien
         reconnect_timeout=reconnect_for,
         keepalive_interval=max(t, 1.0),
         controller=controller(args),
+        credentials=credentials(args),
+        tls_ca_file=str(getattr(args, "tls_ca_file", None) or os.environ.get(TLS_CA_ENV, "")),
     )
 
 
@@ -357,6 +392,8 @@ def run(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
     """Run ``body`` on an event loop and turn what it raises into an exit code and one
     line on stderr (a traceback too with ``--debug``)."""
     debug = bool(getattr(args, "debug", False))
+    if not debug:  # gRPC's C core logs a failed TLS handshake itself: one line is ours
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.CRITICAL + 1,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -111,7 +111,6 @@ def add_parsers(sub: Any) -> None:
             "printf 'a\\nb\\n' | segmentstore stream write shop/orders",
         ),
         func=stream_command(_write),
-        controller=True,
     )
     w.add_argument("stream", type=stream_name)
     add_input_options(w)
@@ -137,7 +136,6 @@ def add_parsers(sub: Any) -> None:
             "segmentstore stream cat shop/orders --group billing --reader r1 --count 100",
         ),
         func=stream_command(_cat),
-        controller=True,
     )
     c.add_argument("stream", type=stream_name)
     c.add_argument(
@@ -162,7 +160,6 @@ def add_parsers(sub: Any) -> None:
             "segmentstore stream tail -n 0 -f shop/orders --json",
         ),
         func=stream_command(_tail),
-        controller=True,
     )
     t.add_argument("stream", type=stream_name)
     add_output_options(t, lines=True)

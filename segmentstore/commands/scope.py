@@ -45,7 +45,6 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore scope exists shop && echo yes",
             "segmentstore scope delete shop",
         ),
-        controller=True,
     )
 
     c = add_leaf(
@@ -56,7 +55,6 @@ def add_parser(subparsers: Any) -> None:
         ("segmentstore scope create shop", "segmentstore scope create shop --exist-ok"),
         func=stream_command(_create),
         flags=(EXIST_OK,),
-        controller=True,
     )
     c.add_argument("scope", type=scope_name)
 
@@ -68,7 +66,6 @@ def add_parser(subparsers: Any) -> None:
         ("segmentstore scope list", "segmentstore scope list --json"),
         func=stream_command(_list),
         flags=(json_lines("scope"),),
-        controller=True,
     )
 
     e = add_leaf(
@@ -78,7 +75,6 @@ def add_parser(subparsers: Any) -> None:
         "Exit 0 if the scope exists and 4 (with one line on stderr) if it does not.",
         ("segmentstore scope exists shop && echo yes",),
         func=stream_command(_exists),
-        controller=True,
     )
     e.add_argument("scope", type=scope_name)
 
@@ -90,7 +86,6 @@ def add_parser(subparsers: Any) -> None:
         ("segmentstore scope delete shop", "segmentstore scope delete shop --missing-ok"),
         func=stream_command(_delete),
         flags=(MISSING_OK,),
-        controller=True,
     )
     d.add_argument("scope", type=scope_name)
 

@@ -34,7 +34,8 @@ EXIT_CODE_HELP = """exit codes:
   0 ok           3 unreachable   4 no such segment/table   5 already exists
   6 sealed       7 offset outside the readable range   8 condition failed
   9 no such key  10 timeout      11 connection lost   12 bad data
-  13 other server refusal   14 local file error   2 bad arguments   130 Ctrl-C"""
+  13 other server refusal   14 local file error   15 not authorized
+  2 bad arguments   130 Ctrl-C"""
 
 
 def add_parser(subparsers: Any) -> None:

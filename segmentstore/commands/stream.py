@@ -61,7 +61,6 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore stream info shop/orders",
             "segmentstore stream cut shop/orders > tail-cut.json",
         ),
-        controller=True,
     )
 
     c = add_leaf(
@@ -76,7 +75,6 @@ def add_parser(subparsers: Any) -> None:
             "--factor 2 --min 2",
             "segmentstore stream create shop/audit --retain-ms 604800000 --tag pii --tag eu",
         ),
-        controller=True,
     )
     c.add_argument("stream", type=stream_name)
     c.add_argument("--segments", type=positive_int, default=1, help="fixed segments (default 1)")
@@ -107,7 +105,6 @@ def add_parser(subparsers: Any) -> None:
         ("segmentstore stream info shop/orders", "segmentstore stream info shop/orders --json"),
         func=stream_command(_info),
         flags=(JSON_OBJECT,),
-        controller=True,
     )
     i.add_argument("stream", type=stream_name)
 
@@ -119,7 +116,6 @@ def add_parser(subparsers: Any) -> None:
         ("segmentstore stream list shop", "segmentstore stream list shop --json"),
         func=stream_command(_list),
         flags=(json_lines("stream"),),
-        controller=True,
     )
     ls.add_argument("scope")
 
@@ -136,7 +132,6 @@ def add_parser(subparsers: Any) -> None:
         ),
         func=stream_command(_scale),
         flags=(("--json", "the new segments as JSON lines"),),
-        controller=True,
     )
     s.add_argument("stream", type=stream_name)
     s.add_argument("segments", type=positive_int, nargs="?", help="new segment count")
@@ -149,7 +144,6 @@ def add_parser(subparsers: Any) -> None:
         "Seal every segment of a stream: writers are refused, readers reach its end.",
         ("segmentstore stream seal shop/orders",),
         func=stream_command(_seal),
-        controller=True,
     )
     se.add_argument("stream", type=stream_name)
 
@@ -164,7 +158,6 @@ def add_parser(subparsers: Any) -> None:
         ),
         func=stream_command(_delete),
         flags=(MISSING_OK,),
-        controller=True,
     )
     d.add_argument("stream", type=stream_name)
 
@@ -179,7 +172,6 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore stream cut shop/orders | segmentstore stream truncate shop/orders -",
         ),
         func=stream_command(_truncate),
-        controller=True,
     )
     t.add_argument("stream", type=stream_name)
     t.add_argument("cut", help="stream cut JSON, @FILE, - or 'tail'")
@@ -195,7 +187,6 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore stream cut shop/orders --head",
         ),
         func=stream_command(_cut),
-        controller=True,
     )
     cu.add_argument("stream", type=stream_name)
     cu.add_argument("--head", action="store_true", help="the head cut instead of the tail")

@@ -53,7 +53,8 @@ def test_json_before_the_subcommand() -> None:
         (("--json", "segment", "write", "x/0", "e"), "`segment write` has no JSON output"),
         (("--endpoint", "tcp://a:1", "serve"), "--endpoint does not apply to `serve`"),
         (("--quiet", "check", "/tmp/d"), "--quiet does not apply to `check`"),
-        (("--controller", "tcp://c:9", "segment", "list"), "--controller does not apply"),
+        (("--controller", "tcp://c:9", "check", "/tmp/d"), "--controller does not apply"),
+        (("--user", "u", "passwd", "f", "u"), "--user does not apply to `passwd`"),
     ],
 )
 def test_options_a_subcommand_does_not_take_are_usage_errors(
