@@ -78,6 +78,8 @@ def _worded(e: StreamError, args: argparse.Namespace) -> BaseException:
             Exit.CONFLICT,
         ),
     }
+    if e.status == "PRECONDITION_FAILED" and getattr(args, "stream_command", "") != "scale":
+        return e
     if e.status in words and (scope if e.status.startswith("SCOPE") else stream):
         message, code = words[e.status]
         return CliError(message, code)
