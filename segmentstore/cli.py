@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
+from .commands._cli import add_global_options, apply_top_level
 from .config import FSYNC_MODES, ConfigError, load_config
 
 # One line per subcommand module; each module's add_parser registers its commands.
@@ -25,6 +26,8 @@ EXIT_STORAGE = 3  # serve: the store refused to open its data directory
 SUBCOMMANDS: tuple[str, ...] = (
     "segmentstore.commands.segment",
     "segmentstore.commands.table",
+    "segmentstore.commands.scope",
+    "segmentstore.commands.stream",
     "segmentstore.commands.health",
     "segmentstore.commands.bench",
     "segmentstore.commands.completion",
@@ -40,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="segmentstore", description="A Pravega-style segment store and its tools."
     )
     p.add_argument("--version", action="version", version=f"segmentstore {__version__}")
+    add_global_options(p, top=True)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser(
         "serve",
@@ -104,8 +108,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``. Event arguments after an option (``write S --routing-key k a b``)
+    are left over by argparse once ``events`` matched nothing before the option: they
+    are the events."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if getattr(args, "events", None) == [] and not any(e.startswith("-") for e in extra):
+            args.events = extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    apply_top_level(parser, args)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     if args.command != "serve":
         code: int = args.func(args)
         return code

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import logging
 import os
 import sys
@@ -21,9 +22,14 @@ from typing import IO, Any, Final
 import segmentstore_client as sc
 from segmentstore_client import errors as E
 from segmentstore_client.protocol.names import name_problem
+from segmentstore_client.streams import NoSuchStream, StreamExists
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:12345"
 ENDPOINT_ENV: Final = "SEGMENTSTORE_ENDPOINT"
+CONTROLLER_ENV: Final = "SEGMENTSTORE_CONTROLLER"
+TLS_CA_ENV: Final = "SEGMENTSTORE_TLS_CA_FILE"
+PASSWORD_ENV: Final = "SEGMENTSTORE_PASSWORD"
+TOKEN_ENV: Final = "SEGMENTSTORE_TOKEN"
 DEFAULT_TIMEOUT: Final = 10.0
 
 
@@ -45,6 +51,7 @@ class Exit:
     BAD_DATA = 12  # data or an input file does not parse (damaged, not records, too large)
     SERVER = 13  # any other refusal from the server, or an incompatible server
     LOCAL_IO = 14  # a local file could not be read or written
+    AUTH = 15  # credentials missing or refused, or not allowed to do this
     INTERNAL = 70  # a bug: an unexpected exception (run with --debug for the traceback)
     INTERRUPTED = 130  # Ctrl-C
     PIPE = 141  # stdout was closed early (``| head``): silent, as for SIGPIPE
@@ -65,7 +72,9 @@ EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (E.ConnectionLost, Exit.CONNECTION_LOST),
     (E.Timeout, Exit.TIMEOUT),
     (E.NoSuchSegment, Exit.NOT_FOUND),
+    (NoSuchStream, Exit.NOT_FOUND),
     (E.SegmentAlreadyExists, Exit.EXISTS),
+    (StreamExists, Exit.EXISTS),
     (E.SegmentSealed, Exit.SEALED),
     (E.SegmentTruncated, Exit.TRUNCATED),
     (E.TableKeyDoesNotExist, Exit.CONFLICT),
@@ -74,7 +83,8 @@ EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (E.AttributeConflict, Exit.CONFLICT),
     (E.WriterFenced, Exit.CONFLICT),
     (E.TableNotEmpty, Exit.CONFLICT),
-    (E.CorruptData, Exit.BAD_DATA),
+    (E.AuthenticationFailed, Exit.AUTH),
+    (E.CorruptData, Exit.BAD_DATA),  # FormatError (formats) is a CorruptRecord
     (E.CorruptRecord, Exit.BAD_DATA),
     (E.EventTooLarge, Exit.BAD_DATA),
     (E.CodecUnavailable, Exit.BAD_DATA),
@@ -112,51 +122,10 @@ def examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def add_global_options(p: argparse.ArgumentParser) -> None:
-    """``--endpoint``, ``--timeout``, ``--debug``; SUPPRESS defaults let the value given
-    at any level (``segment --endpoint X info`` or ``segment info --endpoint X``) win."""
-    g = p.add_argument_group("common options")
-    g.add_argument(
-        "--endpoint",
-        default=argparse.SUPPRESS,
-        metavar="URI",
-        help=f"segment store to talk to (default ${ENDPOINT_ENV} or {DEFAULT_ENDPOINT})",
-    )
-    g.add_argument(
-        "--timeout",
-        type=positive_float,
-        default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help=f"connect and request timeout (default {DEFAULT_TIMEOUT:g})",
-    )
-    g.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="no summary lines on stderr (errors are still printed)",
-    )
-    g.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="log the SDK's debug messages and print tracebacks",
-    )
-
-
-def add_leaf(
-    sub: Any, name: str, help: str, description: str, example_lines: tuple[str, ...]
-) -> argparse.ArgumentParser:
-    """A leaf subcommand with the global options and an examples epilog."""
-    p: argparse.ArgumentParser = sub.add_parser(
-        name,
-        help=help,
-        description=description,
-        epilog=examples(*example_lines),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_global_options(p)
-    return p
+TOP_LEVEL_NOTE: Final = (
+    "options of the client subcommands, also accepted after the subcommand (where they "
+    "win when given in both places)"
+)
 
 
 def positive_float(text: str) -> float:
@@ -167,6 +136,169 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return value
+
+
+# The global options: (flags, dest, add_argument keywords); every default is SUPPRESS.
+GLOBAL_OPTIONS: Final[tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]] = (
+    (
+        ("--endpoint",),
+        "endpoint",
+        {
+            "metavar": "URI",
+            "help": f"segment store to talk to (default ${ENDPOINT_ENV} or {DEFAULT_ENDPOINT})",
+        },
+    ),
+    (
+        ("--controller",),
+        "controller",
+        {
+            "metavar": "URI",
+            "help": f"the controller: streams and tokens (default ${CONTROLLER_ENV}, or the "
+            "endpoint's host, port 9090)",
+        },
+    ),
+    (
+        ("--timeout",),
+        "timeout",
+        {
+            "type": positive_float,
+            "metavar": "SECONDS",
+            "help": f"connect and request timeout (default {DEFAULT_TIMEOUT:g})",
+        },
+    ),
+    (
+        ("--tls-ca-file",),
+        "tls_ca_file",
+        {
+            "metavar": "PEM",
+            "help": f"CA bundle for tls:// endpoints (default ${TLS_CA_ENV}; else the system's)",
+        },
+    ),
+    (
+        ("--user",),
+        "user",
+        {"help": f"authenticate as USER; the password comes from ${PASSWORD_ENV} or a prompt"},
+    ),
+    (
+        ("--token",),
+        "token",
+        {"help": f"authenticate with this static token (default ${TOKEN_ENV})"},
+    ),
+    (
+        ("-q", "--quiet"),
+        "quiet",
+        {"action": "store_true", "help": "no summary lines on stderr (errors are still printed)"},
+    ),
+    (
+        ("--debug",),
+        "debug",
+        {"action": "store_true", "help": "log the SDK's debug messages and print tracebacks"},
+    ),
+    (
+        ("--json",),
+        "json",
+        {"action": "store_true", "help": "JSON output (the subcommands that have --json)"},
+    ),
+)
+
+
+def add_global_options(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """:data:`GLOBAL_OPTIONS` but ``--json``; SUPPRESS defaults let the value given last
+    in the command's path win (``segmentstore --endpoint X segment info``, ``segment
+    --endpoint X info`` or ``segment info --endpoint X``). ``top``: the top-level
+    parser's copy (dests ``top_*``), with ``--json``; :func:`apply_top_level` moves them."""
+    g = p.add_argument_group(TOP_LEVEL_NOTE if top else "common options")
+    for flags, dest, kw in GLOBAL_OPTIONS:
+        if dest != "json" or top:
+            g.add_argument(
+                *flags, dest=f"top_{dest}" if top else dest, default=argparse.SUPPRESS, **kw
+            )
+    if not top:
+        p.set_defaults(client_options_=True)
+
+
+def apply_top_level(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Move the options given before the subcommand (``top_*``) to their names unless
+    given after it as well (that one wins); one usage error if the subcommand does not
+    take them. Drops the markers from ``args``."""
+    given = vars(args)
+    what = " ".join(
+        str(given[k]) for k in ("command", *(k for k in given if k.endswith("_command")))
+    )
+    tops = {k.removeprefix("top_"): given.pop(k) for k in list(given) if k.startswith("top_")}
+    top_json = tops.pop("json", False)
+    client = given.pop("client_options_", False)
+    for name, value in tops.items():
+        if not client:
+            parser.error(f"--{name.replace('_', '-')} does not apply to `{what}`")
+        given.setdefault(name, value)
+    if top_json:
+        if "json" not in given:
+            parser.error(f"--json: `{what}` has no JSON output")
+        args.json = True
+
+
+# Flags several commands take, for ``add_leaf(..., flags=...)``.
+EXIST_OK: Final = ("--exist-ok", "no error if it exists")
+MISSING_OK: Final = ("--missing-ok", "no error if it does not exist")
+JSON_OBJECT: Final = ("--json", "one JSON object")
+
+
+def json_lines(what: str) -> tuple[str, str]:
+    """The ``--json`` flag of a command that prints one JSON object per ``what``."""
+    return ("--json", f"one JSON object per {what} and line")
+
+
+def _parser_with_examples(
+    sub: Any, name: str, help: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return p
+
+
+def add_group(
+    subparsers: Any,
+    name: str,
+    help: str,
+    description: str,
+    example_lines: tuple[str, ...],
+    *,
+    epilog_extra: str = "",
+) -> Any:
+    """A subcommand with subcommands of its own (``segment``, ``table``, ...): the global
+    options at its level too, an examples epilog (then
+    ``epilog_extra``); returns the subparsers its leaves are added to (:func:`add_leaf`)."""
+    epilog = examples(*example_lines) + (f"\n\n{epilog_extra}" if epilog_extra else "")
+    p = _parser_with_examples(subparsers, name, help, description, epilog)
+    add_global_options(p)
+    return p.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
+
+
+def add_leaf(
+    sub: Any,
+    name: str,
+    help: str,
+    description: str,
+    example_lines: tuple[str, ...],
+    *,
+    func: Callable[[argparse.Namespace], int] | None = None,
+    flags: tuple[tuple[str, str], ...] = (),
+) -> argparse.ArgumentParser:
+    """A leaf subcommand with the global options, an examples epilog, the on/off
+    ``flags`` (option, help) and ``func`` as its handler."""
+    p = _parser_with_examples(sub, name, help, description, examples(*example_lines))
+    add_global_options(p)
+    for option, text in flags:
+        p.add_argument(option, action="store_true", help=text)
+    if func is not None:
+        p.set_defaults(func=func)
+    return p
 
 
 def non_negative_int(text: str) -> int:
@@ -194,6 +326,11 @@ def endpoint(args: argparse.Namespace) -> str:
     return str(getattr(args, "endpoint", None) or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT)
 
 
+def controller(args: argparse.Namespace) -> str:
+    """The controller's URI, or "" for the SDK's default (the endpoint's host, port 9090)."""
+    return str(getattr(args, "controller", None) or os.environ.get(CONTROLLER_ENV) or "")
+
+
 def timeout(args: argparse.Namespace) -> float:
     return float(getattr(args, "timeout", DEFAULT_TIMEOUT))
 
@@ -203,6 +340,24 @@ def parsed_endpoint(args: argparse.Namespace) -> sc.Endpoint:
         return sc.Endpoint.parse(endpoint(args))
     except ValueError as e:
         raise CliError(f"bad endpoint: {e}", Exit.USAGE) from None
+
+
+def credentials(args: argparse.Namespace) -> tuple[str, str] | str | None:
+    """``--user`` (password from $SEGMENTSTORE_PASSWORD, else a prompt on a terminal) or
+    ``--token`` / $SEGMENTSTORE_TOKEN; None without either."""
+    user = getattr(args, "user", None)
+    token = getattr(args, "token", None)
+    if user is not None and token is not None:
+        raise CliError("give --user or --token, not both", Exit.USAGE)
+    if user is not None:
+        password = os.environ.get(PASSWORD_ENV)
+        if password is None:
+            if not sys.stdin.isatty():
+                raise CliError(f"--user needs ${PASSWORD_ENV} (no terminal to ask)", Exit.USAGE)
+            password = getpass.getpass(f"password for {user}: ")
+        return (str(user), password)
+    token = token or os.environ.get(TOKEN_ENV)
+    return str(token) if token else None
 
 
 def connect(args: argparse.Namespace, *, reconnect_for: float = 0.0) -> sc.Client:
@@ -216,6 +371,9 @@ def connect(args: argparse.Namespace, *, reconnect_for: float = 0.0) -> sc.Clien
         request_timeout=t,
         reconnect_timeout=reconnect_for,
         keepalive_interval=max(t, 1.0),
+        controller=controller(args),
+        credentials=credentials(args),
+        tls_ca_file=str(getattr(args, "tls_ca_file", None) or os.environ.get(TLS_CA_ENV, "")),
     )
 
 
@@ -234,6 +392,8 @@ def run(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
     """Run ``body`` on an event loop and turn what it raises into an exit code and one
     line on stderr (a traceback too with ``--debug``)."""
     debug = bool(getattr(args, "debug", False))
+    if not debug:  # gRPC's C core logs a failed TLS handshake itself: one line is ours
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.CRITICAL + 1,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -256,7 +416,8 @@ def run(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
         message = one_line(e)
         if code == Exit.INTERNAL:
             message = f"internal error: {message} (run with --debug for the traceback)"
-        print(f"segmentstore: {printable(message)}", file=sys.stderr)
+        prog = getattr(args, "prog_", "segmentstore")
+        print(f"{prog}: {printable(message)}", file=sys.stderr)
         return code
 
 

@@ -56,6 +56,7 @@ def add_parsers(sub: Any) -> None:
             "segmentstore segment import demo/0 events.jsonl --create",
             "segmentstore segment import demo/0 events.lp --writer-id import-1  # resumable",
         ),
+        func=command(_import),
     )
     i.add_argument("segment", type=segment_name)
     i.add_argument("file")
@@ -65,7 +66,6 @@ def add_parsers(sub: Any) -> None:
         "--writer-id",
         help="writer id: importing the same file again with it writes nothing twice",
     )
-    i.set_defaults(func=command(_import))
 
     e = add_leaf(
         sub,
@@ -78,13 +78,13 @@ def add_parsers(sub: Any) -> None:
             "segmentstore segment export demo/0 events.jsonl --from 4096 --count 100",
             "segmentstore segment export demo/0 - --format jsonl | jq .data",
         ),
+        func=command(_export),
     )
     e.add_argument("segment", type=segment_name)
     e.add_argument("file")
     e.add_argument("--format", choices=FORMATS, default="auto", help="file format (auto)")
     e.add_argument("--from", dest="start", default="start", help="offset, position JSON or 'start'")
     e.add_argument("--count", type=non_negative_int, help="stop after this many events")
-    e.set_defaults(func=command(_export))
 
 
 def file_format(args: argparse.Namespace) -> str:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, Protocol, TypeVar
 
 import segmentstore_client as sc
 
@@ -42,7 +42,14 @@ FORMATS = (*LINE_FORMATS, "raw")
 FOLLOW_RECONNECT_S = 60.0  # a follower rides out a server restart this long
 
 
-def _add_output_options(p: argparse.ArgumentParser) -> None:
+def add_output_options(p: argparse.ArgumentParser, *, lines: bool = False) -> None:
+    """``-f``, the output format options and ``--count`` of ``cat`` (``-n`` of ``tail``
+    too, with ``lines``)."""
+    if lines:
+        p.add_argument(
+            "-n", "--lines", type=non_negative_int, default=10, help="last events to print (10)"
+        )
+    p.add_argument("-f", "--follow", action="store_true", help="wait for new events")
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -76,6 +83,7 @@ def add_parsers(sub: Any) -> None:
             'segmentstore segment cat demo/0 --from \'{"v":1,"segment":"demo/0","offset":120}\'',
             "segmentstore segment cat demo/0 --format raw --delimiter '\\0' > events.bin",
         ),
+        func=command(_cat),
     )
     c.add_argument("segment", type=segment_name)
     c.add_argument(
@@ -84,9 +92,7 @@ def add_parsers(sub: Any) -> None:
         default="start",
         help="offset, position JSON, 'start' (default) or 'end'",
     )
-    c.add_argument("-f", "--follow", action="store_true", help="wait for new events")
-    _add_output_options(c)
-    c.set_defaults(func=command(_cat))
+    add_output_options(c)
 
     t = add_leaf(
         sub,
@@ -99,14 +105,10 @@ def add_parsers(sub: Any) -> None:
             "segmentstore segment tail -f demo/0",
             "segmentstore segment tail -n 0 -f demo/0 --json",
         ),
+        func=command(_tail),
     )
     t.add_argument("segment", type=segment_name)
-    t.add_argument(
-        "-n", "--lines", type=non_negative_int, default=10, help="last events to print (10)"
-    )
-    t.add_argument("-f", "--follow", action="store_true", help="wait for new events")
-    _add_output_options(t)
-    t.set_defaults(func=command(_tail))
+    add_output_options(t, lines=True)
 
 
 def unescape(text: str) -> bytes:
@@ -115,34 +117,73 @@ def unescape(text: str) -> bytes:
     return decoded.encode("latin-1" if max(map(ord, decoded), default=0) < 256 else "utf-8")
 
 
-def renderer(args: argparse.Namespace) -> Callable[[sc.Event], bytes]:
+class Shown(Protocol):
+    """What the output formats need of an event (segment events, stream events)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def data(self) -> bytes: ...
+
+
+E = TypeVar("E", bound=Shown)
+
+
+def renderer(
+    args: argparse.Namespace,
+    json_line: Callable[[E], str] | None = None,
+    label: Callable[[E], str] | None = None,
+) -> Callable[[E], bytes]:
+    """``--format`` (``--json``, ``--offsets``, ``--delimiter``) as a function from an
+    event to its output bytes; ``json_line`` replaces the JSON form and ``label`` the
+    offset that ``--offsets`` prints (stream events name their segment too)."""
     fmt = "json" if args.json else args.format
     if fmt == "raw":
         delimiter = unescape(args.delimiter)
         return lambda e: e.data + delimiter
-    line = LINE_FORMATS[fmt]
+    if fmt == "json" and json_line is not None:
+        as_json = json_line
+        return lambda e: (as_json(e) + "\n").encode()
     if args.offsets and fmt == "text":
-        return lambda e: f"{e.offset}\t{text_line(e.data)}\n".encode()
+        where = label or (lambda e: str(e.offset))
+        return lambda e: f"{where(e)}\t{text_line(e.data)}\n".encode()
+    line = LINE_FORMATS[fmt]
     return lambda e: (line(e.offset, e.data) + "\n").encode()
 
 
-async def print_events(args: argparse.Namespace, reader: sc.EventReader, count: int | None) -> int:
-    """Print events until the reader ends or ``count`` are printed; returns how many."""
-    render = renderer(args)
+async def print_batches(
+    render: Callable[[E], bytes], batches: AsyncGenerator[list[E], None], count: int | None
+) -> int:
+    """Print events until ``batches`` ends or ``count`` are printed (one write and flush
+    a batch); closes ``batches``; returns how many were printed."""
     out = sys.stdout.buffer
     printed = 0
     try:
-        while count is None or printed < count:
-            batch = await reader.read_batch()
-            if not batch:
-                break
+        async for batch in batches:
             if count is not None:
                 batch = batch[: count - printed]
             write_all(out, b"".join([render(e) for e in batch]))
             printed += len(batch)
+            if count is not None and printed >= count:
+                break
+    finally:
+        await batches.aclose()
+    return printed
+
+
+async def _reader_batches(reader: sc.EventReader) -> AsyncGenerator[list[sc.Event], None]:
+    try:
+        while batch := await reader.read_batch():
+            yield batch
     finally:
         await reader.close()
-    return printed
+
+
+async def print_events(args: argparse.Namespace, reader: sc.EventReader, count: int | None) -> int:
+    """Print a segment reader's events until it ends or ``count`` are printed."""
+    render: Callable[[sc.Event], bytes] = renderer(args)
+    return await print_batches(render, _reader_batches(reader), count)
 
 
 async def _cat(args: argparse.Namespace) -> int:

@@ -43,15 +43,10 @@ def add_parsers(sub: Any) -> None:
             "segmentstore segment write demo/0 --file batch.txt --writer-id loader-1",
             "segmentstore segment cat a/0 --json | segmentstore segment write b/0 --format json",
         ),
+        func=command(_write),
     )
     w.add_argument("segment", type=segment_name)
-    w.add_argument("events", nargs="*", metavar="EVENT", help="events to write (UTF-8)")
-    w.add_argument("--file", default="-", help="read events from this file (- = stdin)")
-    w.add_argument(
-        "--delimiter",
-        default="\\n",
-        help="separates events in the input (escapes \\n \\t \\0 \\xNN; default \\n)",
-    )
+    add_input_options(w)
     w.add_argument(
         "--format",
         choices=("text", "json", "records"),
@@ -66,7 +61,17 @@ def add_parsers(sub: Any) -> None:
         default=None,
         help="with --writer-id: number of the first event (default 1)",
     )
-    w.set_defaults(func=command(_write))
+
+
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    """EVENT arguments, ``--file`` and ``--delimiter``: where ``write`` gets its events."""
+    p.add_argument("events", nargs="*", metavar="EVENT", help="events to write (UTF-8)")
+    p.add_argument("--file", default="-", help="read events from this file (- = stdin)")
+    p.add_argument(
+        "--delimiter",
+        default="\\n",
+        help="separates events in the input (escapes \\n \\t \\0 \\xNN; default \\n)",
+    )
 
 
 async def read_blocks(path: str, size: int = BLOCK) -> AsyncIterator[bytes]:

@@ -3,17 +3,16 @@
 Contract: reads the schema text from a file (``-`` = stdin), stores it as version
 ``--version`` of the source through the SDK (``segmentstore_client.relay.set_schema``).
 Exit codes: 0 stored, 2 bad arguments or unreadable file, 3 the server could not be
-reached or refused; one line on stderr, no traceback.
+reached, and the other codes of ``_cli.Exit``; one line on stderr, no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import Any
 
-from ._cli import examples
+from ._cli import CliError, Exit, add_global_options, command, connect, examples
 
 
 def add_parser(subparsers: Any) -> None:
@@ -31,14 +30,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("source", help="relay source name (scope.stream.0)")
     p.add_argument("schema_file", help="file with the schema text, or - for stdin")
     p.add_argument("--version", type=int, default=1, dest="schema_version", help="default 1")
-    p.add_argument("--endpoint", default="tcp://127.0.0.1:12345", help="the store's wire port")
-    p.set_defaults(func=handler)
+    add_global_options(p)
+    p.set_defaults(func=command(_handler), prog_="segmentstore relay-schema")
 
 
-def handler(args: argparse.Namespace) -> int:
+async def _handler(args: argparse.Namespace) -> int:
     if args.schema_version < 1:
-        print("segmentstore relay-schema: --version must be 1 or more", file=sys.stderr)
-        return 2
+        raise CliError("--version must be 1 or more", Exit.USAGE)
     try:
         if args.schema_file == "-":
             schema = sys.stdin.read()
@@ -46,20 +44,10 @@ def handler(args: argparse.Namespace) -> int:
             with open(args.schema_file, encoding="utf-8") as f:
                 schema = f.read()
     except (OSError, UnicodeDecodeError) as e:
-        print(f"segmentstore relay-schema: cannot read {args.schema_file}: {e}", file=sys.stderr)
-        return 2
-    try:
-        asyncio.run(_store(args.endpoint, args.source, schema, args.schema_version))
-    except Exception as e:  # any client error: one line, distinct exit code
-        print(f"segmentstore relay-schema: {type(e).__name__}: {e}", file=sys.stderr)
-        return 3
-    print(f"schema version {args.schema_version} of {args.source} stored")
-    return 0
-
-
-async def _store(endpoint: str, source: str, schema: str, version: int) -> None:
-    import segmentstore_client as sc
+        raise CliError(f"cannot read {args.schema_file}: {e}", Exit.USAGE) from None
     from segmentstore_client.relay import set_schema
 
-    async with sc.connect(endpoint, reconnect_timeout=5) as client:
-        await set_schema(client, source, schema, version)
+    async with connect(args) as client:
+        await set_schema(client, args.source, schema, args.schema_version)
+    print(f"schema version {args.schema_version} of {args.source} stored")
+    return Exit.OK

@@ -16,13 +16,15 @@ from segmentstore_client.protocol.names import encode_name
 
 from . import _segment_io, _segment_read, _segment_write
 from ._cli import (
+    EXIST_OK,
+    MISSING_OK,
     CliError,
     Exit,
-    add_global_options,
+    add_group,
     add_leaf,
     command,
     connect,
-    examples,
+    json_lines,
     segment_name,
     status,
 )
@@ -32,27 +34,25 @@ EXIT_CODE_HELP = """exit codes:
   0 ok           3 unreachable   4 no such segment/table   5 already exists
   6 sealed       7 offset outside the readable range   8 condition failed
   9 no such key  10 timeout      11 connection lost   12 bad data
-  13 other server refusal   14 local file error   2 bad arguments   130 Ctrl-C"""
+  13 other server refusal   14 local file error   15 not authorized
+  2 bad arguments   130 Ctrl-C"""
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    sub = add_group(
+        subparsers,
         "segment",
-        help="create, inspect, read and write segments",
-        description="Work with the segments of a running segment store.",
-        epilog=examples(
+        "create, inspect, read and write segments",
+        "Work with the segments of a running segment store.",
+        (
             "segmentstore segment create demo/0",
             "segmentstore segment write demo/0 hello world",
             "segmentstore segment cat demo/0 --json",
             "segmentstore segment tail -f demo/0",
             "segmentstore segment info demo/0",
-        )
-        + "\n\n"
-        + EXIT_CODE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        ),
+        epilog_extra=EXIT_CODE_HELP,
     )
-    add_global_options(p)
-    sub = p.add_subparsers(dest="segment_command", required=True, metavar="COMMAND")
 
     c = add_leaf(
         sub,
@@ -60,10 +60,10 @@ def add_parser(subparsers: Any) -> None:
         "create an empty segment",
         "Create an empty segment.",
         ("segmentstore segment create demo/0", "segmentstore segment create demo/0 --exist-ok"),
+        func=command(_create),
+        flags=(EXIST_OK,),
     )
     c.add_argument("segment", type=segment_name)
-    c.add_argument("--exist-ok", action="store_true", help="no error if it exists")
-    c.set_defaults(func=command(_create))
 
     i = add_leaf(
         sub,
@@ -72,10 +72,10 @@ def add_parser(subparsers: Any) -> None:
         "Show what the store knows about one or more segments, as an aligned table or as "
         "JSON lines (one object per segment).",
         ("segmentstore segment info demo/0", "segmentstore segment info demo/0 demo/1 --json"),
+        func=command(_info),
+        flags=(json_lines("segment"),),
     )
     i.add_argument("segments", nargs="+", type=segment_name, metavar="segment")
-    i.add_argument("--json", action="store_true", help="one JSON object per segment and line")
-    i.set_defaults(func=command(_info))
 
     ls = add_leaf(
         sub,
@@ -88,11 +88,11 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore segment list orders/ --long",
             "segmentstore segment list orders/ --json",
         ),
+        func=command(_list),
+        flags=(json_lines("segment"),),
     )
     ls.add_argument("prefix", nargs="?", default="", help="name prefix (default: every segment)")
     ls.add_argument("-l", "--long", action="store_true", help="length, events, sealed, ...")
-    ls.add_argument("--json", action="store_true", help="one JSON object per segment and line")
-    ls.set_defaults(func=command(_list))
 
     s = add_leaf(
         sub,
@@ -100,9 +100,9 @@ def add_parser(subparsers: Any) -> None:
         "seal a segment (no more appends)",
         "Seal a segment: appends are refused afterwards and readers stop at its end.",
         ("segmentstore segment seal demo/0",),
+        func=command(_seal),
     )
     s.add_argument("segment", type=segment_name)
-    s.set_defaults(func=command(_seal))
 
     t = add_leaf(
         sub,
@@ -114,10 +114,10 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore segment truncate demo/0 4096",
             "segmentstore segment truncate demo/0 end",
         ),
+        func=command(_truncate),
     )
     t.add_argument("segment", type=segment_name)
     t.add_argument("offset", help="offset, position JSON or 'end'")
-    t.set_defaults(func=command(_truncate))
 
     d = add_leaf(
         sub,
@@ -125,10 +125,10 @@ def add_parser(subparsers: Any) -> None:
         "delete a segment",
         "Delete a segment and its data.",
         ("segmentstore segment delete demo/0", "segmentstore segment delete demo/0 --missing-ok"),
+        func=command(_delete),
+        flags=(MISSING_OK,),
     )
     d.add_argument("segment", type=segment_name)
-    d.add_argument("--missing-ok", action="store_true", help="no error if it does not exist")
-    d.set_defaults(func=command(_delete))
 
     m = add_leaf(
         sub,
@@ -141,10 +141,10 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore segment seal demo/0#txn",
             "segmentstore segment merge demo/0 demo/0#txn",
         ),
+        func=command(_merge),
     )
     m.add_argument("target", type=segment_name)
     m.add_argument("source", type=segment_name)
-    m.set_defaults(func=command(_merge))
 
     _segment_read.add_parsers(sub)
     _segment_write.add_parsers(sub)

@@ -18,14 +18,17 @@ from typing import Any
 from segmentstore_client import errors as E
 
 from ._cli import (
+    EXIST_OK,
+    JSON_OBJECT,
+    MISSING_OK,
     CliError,
     Exit,
-    add_global_options,
+    add_group,
     add_leaf,
     command,
     connect,
-    examples,
     exit_code,
+    json_lines,
     non_negative_int,
     segment_name,
     status,
@@ -34,22 +37,20 @@ from ._render import aligned, put_bytes, text_line
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    sub = add_group(
+        subparsers,
         "table",
-        help="create, read and change key-value tables",
-        description="Work with the key-value tables of a running segment store. Every "
+        "create, read and change key-value tables",
+        "Work with the key-value tables of a running segment store. Every "
         "update returns the key's new version; pass it back with --version to update "
         "only if nobody changed the key meanwhile.",
-        epilog=examples(
+        (
             "segmentstore table create app/settings",
             "segmentstore table put app/settings color blue",
             "segmentstore table get app/settings color",
             "segmentstore table ls app/settings --json",
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_global_options(p)
-    sub = p.add_subparsers(dest="table_command", required=True, metavar="COMMAND")
 
     c = add_leaf(
         sub,
@@ -60,11 +61,11 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore table create app/settings",
             "segmentstore table create app/ids --key-length 16",
         ),
+        func=table_command(_create),
+        flags=(EXIST_OK,),
     )
     c.add_argument("table", type=segment_name)
     c.add_argument("--key-length", type=non_negative_int, default=0, help="fixed key size (0: any)")
-    c.add_argument("--exist-ok", action="store_true", help="no error if it exists")
-    c.set_defaults(func=table_command(_create))
 
     g = add_leaf(
         sub,
@@ -75,13 +76,13 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore table get app/settings color",
             "segmentstore table get app/settings a b --json",
         ),
+        func=table_command(_get),
     )
     g.add_argument("table", type=segment_name)
     g.add_argument("keys", nargs="+", metavar="KEY")
     g.add_argument(
         "--json", action="store_true", help="one JSON object (key, value, version) per key"
     )
-    g.set_defaults(func=table_command(_get))
 
     u = add_leaf(
         sub,
@@ -113,11 +114,11 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore table rm app/settings color",
             "segmentstore table rm app/settings lock --version 77",
         ),
+        func=table_command(_rm),
     )
     r.add_argument("table", type=segment_name)
     r.add_argument("keys", nargs="+", metavar="KEY")
     r.add_argument("--version", type=int, help="remove only if the key has this version (one key)")
-    r.set_defaults(func=table_command(_rm))
 
     ls = add_leaf(
         sub,
@@ -128,12 +129,12 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore table ls app/settings",
             "segmentstore table ls app/settings --keys-only --json",
         ),
+        func=table_command(_ls),
+        flags=(json_lines("entry"),),
     )
     ls.add_argument("table", type=segment_name)
-    ls.add_argument("--json", action="store_true", help="one JSON object per entry and line")
     ls.add_argument("--keys-only", action="store_true", help="keys and versions, no values")
     ls.add_argument("--limit", type=non_negative_int, help="stop after this many entries")
-    ls.set_defaults(func=table_command(_ls))
 
     i = add_leaf(
         sub,
@@ -141,10 +142,10 @@ def add_parser(subparsers: Any) -> None:
         "entry count and size of a table",
         "Show a table's entry count, key length and size.",
         ("segmentstore table info app/settings", "segmentstore table info app/settings --json"),
+        func=table_command(_info),
+        flags=(JSON_OBJECT,),
     )
     i.add_argument("table", type=segment_name)
-    i.add_argument("--json", action="store_true", help="one JSON object")
-    i.set_defaults(func=table_command(_info))
 
     d = add_leaf(
         sub,
@@ -155,11 +156,11 @@ def add_parser(subparsers: Any) -> None:
             "segmentstore table delete app/settings",
             "segmentstore table delete app/settings --must-be-empty",
         ),
+        func=table_command(_delete),
+        flags=(MISSING_OK,),
     )
     d.add_argument("table", type=segment_name)
     d.add_argument("--must-be-empty", action="store_true", help="refuse if keys remain (exit 8)")
-    d.add_argument("--missing-ok", action="store_true", help="no error if it does not exist")
-    d.set_defaults(func=table_command(_delete))
 
 
 def table_command(

@@ -17,12 +17,11 @@ table in :class:`Exit`); no traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import IO, Any, Final
 
 import segmentstore_client as sc
@@ -32,48 +31,11 @@ from segmentstore_client.formats import kafka
 from segmentstore_client.formats.errors import FormatError
 from segmentstore_client.protocol.names import name_problem
 
-DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:12345"
-ENDPOINT_ENV: Final = "SEGMENTSTORE_ENDPOINT"
+from ._cli import CliError, Exit, add_global_options, connect, run, status, timeout
+
 CHUNK: Final = 1024 * 1024
 PROGRESS_MIN_BYTES: Final = 8 * 1024 * 1024
 EXPORT_FORMATS: Final = ("kafka", "kafka-json", "events-json", "records-json", "databus-json")
-
-
-class Exit:
-    """Exit codes (the same numbers as the other client subcommands)."""
-
-    OK = 0
-    FAILED = 1
-    USAGE = 2
-    UNREACHABLE = 3
-    NOT_FOUND = 4
-    TIMEOUT = 10
-    CONNECTION_LOST = 11
-    BAD_DATA = 12
-    SERVER = 13
-    LOCAL_IO = 14
-    INTERRUPTED = 130
-    PIPE = 141
-
-
-class Failure(Exception):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
-    (E.ConnectFailed, Exit.UNREACHABLE),
-    (E.ConnectionLost, Exit.CONNECTION_LOST),
-    (E.Timeout, Exit.TIMEOUT),
-    (E.NoSuchSegment, Exit.NOT_FOUND),
-    (FormatError, Exit.BAD_DATA),
-    (E.CorruptRecord, Exit.BAD_DATA),
-    (E.CodecUnavailable, Exit.FAILED),
-    (E.ServerError, Exit.SERVER),
-    (E.SegmentStoreError, Exit.SERVER),
-    (OSError, Exit.LOCAL_IO),
-)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -101,8 +63,8 @@ def add_parser(subparsers: Any) -> None:
         default=kafka.DEFAULT_MAX_MESSAGE_SIZE,
         help="refuse messages declaring more bytes than this (default 64 MiB)",
     )
-    _common(k)
-    k.set_defaults(func=_import_handler)
+    add_global_options(k)
+    k.set_defaults(func=_import_handler, prog_="segmentstore import")
 
     exp = subparsers.add_parser(
         "export",
@@ -119,57 +81,32 @@ def add_parser(subparsers: Any) -> None:
     exp.add_argument(
         "--base-offset", type=int, default=0, help="Kafka offset of the first message (0)"
     )
-    _common(exp)
-    exp.set_defaults(func=_export_handler)
+    add_global_options(exp)
+    exp.set_defaults(func=_export_handler, prog_="segmentstore export")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--endpoint", help=f"segment store (default ${ENDPOINT_ENV} or {DEFAULT_ENDPOINT})"
-    )
-    p.add_argument("--timeout", type=float, default=10.0, help="connect/request timeout (10)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress or summary lines")
-
-
-def _run(args: argparse.Namespace, body: Callable[[sc.Client], Any]) -> int:
-    prog = f"segmentstore {args.command}"
+def _run(args: argparse.Namespace, body: Callable[[sc.Client], Awaitable[None]]) -> int:
+    """Check the segment name, connect and run ``body`` through :func:`_cli.run` (one
+    line and the exit code of each failure); a value the SDK refuses is a usage error
+    and a missing codec a failure, as before these commands shared ``_cli``."""
     problem = name_problem(args.segment)
     if problem:
-        print(f"{prog}: bad segment name {args.segment!r}: {problem}", file=sys.stderr)
+        print(f"{args.prog_}: bad segment name {args.segment!r}: {problem}", file=sys.stderr)
         return Exit.USAGE
-    endpoint = args.endpoint or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT
 
-    async def main() -> None:
-        client = sc.connect(
-            endpoint,
-            connect_timeout=args.timeout,
-            request_timeout=args.timeout,
-            reconnect_timeout=args.timeout,
-        )
-        async with client:
-            await body(client)
+    async def main() -> int:
+        try:
+            async with connect(args, reconnect_for=timeout(args)) as client:
+                await body(client)
+        except E.CodecUnavailable as e:
+            raise CliError(str(e), Exit.FAILED) from None
+        except ValueError as e:
+            if isinstance(e, E.CorruptRecord):
+                raise
+            raise CliError(str(e), Exit.USAGE) from None
+        return Exit.OK
 
-    try:
-        asyncio.run(main())
-    except Failure as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return e.code
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return Exit.INTERRUPTED
-    except BrokenPipeError:
-        return Exit.PIPE
-    except ValueError as e:
-        if not isinstance(e, E.CorruptRecord):
-            print(f"{prog}: {e}", file=sys.stderr)
-            return Exit.USAGE
-        print(f"{prog}: {e}", file=sys.stderr)
-        return Exit.BAD_DATA
-    except (E.SegmentStoreError, OSError) as e:
-        code = next(c for cls, c in _CODES if isinstance(e, cls))
-        print(f"{prog}: {e}", file=sys.stderr)
-        return code
-    return Exit.OK
+    return run(args, main)
 
 
 # -- import ------------------------------------------------------------------------------
@@ -213,7 +150,7 @@ def _import_handler(args: argparse.Namespace) -> int:
         st = os.fstat(f.fileno())
         ident = f"kafka-log:{os.path.realpath(args.file)}:{st.st_size}:{st.st_mtime_ns}"
         writer_id = uuid.uuid5(uuid.NAMESPACE_URL, ident)
-        progress = _Progress(st.st_size, args.quiet)
+        progress = _Progress(st.st_size, getattr(args, "quiet", False))
 
         async def body(client: sc.Client) -> None:
             await client.create_segment(args.segment, exist_ok=True)
@@ -232,17 +169,15 @@ def _import_handler(args: argparse.Namespace) -> int:
                     dec.finish()
                 except FormatError as e:
                     await w.flush()
-                    raise Failure(
+                    raise CliError(
                         f"{args.file}: {e} (the {count} messages before it were imported)",
                         Exit.BAD_DATA,
                     ) from None
                 await w.flush()
             progress.update(dec.consumed, count, final=True)
-            if not args.quiet:
-                print(
-                    f"segmentstore import: {count} messages from {args.file} into {args.segment}",
-                    file=sys.stderr,
-                )
+            status(
+                args, f"segmentstore import: {count} messages from {args.file} into {args.segment}"
+            )
 
         return _run(args, body)
     finally:
@@ -275,7 +210,7 @@ def _export_handler(args: argparse.Namespace) -> int:
             try:
                 out = open(args.output, "wb")  # noqa: SIM115 - closed below
             except OSError as e:
-                raise Failure(f"cannot write {args.output}: {e.strerror}", Exit.LOCAL_IO) from None
+                raise CliError(f"cannot write {args.output}: {e.strerror}", Exit.LOCAL_IO) from None
         count = 0
         try:
             async for batch in client.reader(args.segment).batches():
@@ -284,7 +219,7 @@ def _export_handler(args: argparse.Namespace) -> int:
                     try:
                         rec = fmt.decode(ev.data)
                     except ValueError as e:
-                        raise Failure(
+                        raise CliError(
                             f"{args.segment}: the event at offset {ev.offset} is not a "
                             f"{fmt_name} record: {e}",
                             Exit.BAD_DATA,
@@ -300,11 +235,9 @@ def _export_handler(args: argparse.Namespace) -> int:
         finally:
             if out is not sys.stdout.buffer:
                 out.close()
-        if not args.quiet:
-            where = "stdout" if args.output == "-" else args.output
-            print(
-                f"segmentstore export: {count} {fmt_name} records from {args.segment} to {where}",
-                file=sys.stderr,
-            )
+        where = "stdout" if args.output == "-" else args.output
+        status(
+            args, f"segmentstore export: {count} {fmt_name} records from {args.segment} to {where}"
+        )
 
     return _run(args, body)

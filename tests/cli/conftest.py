@@ -17,17 +17,21 @@ if TYPE_CHECKING:
 CliRunner = Callable[..., subprocess.CompletedProcess[bytes]]
 
 
-def cli_env(endpoint: str | None = None) -> dict[str, str]:
+def cli_env(endpoint: str | None = None, controller: str | None = None) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("SEGMENTSTORE_ENDPOINT", None)
+    env.pop("SEGMENTSTORE_CONTROLLER", None)
     if endpoint is not None:
         env["SEGMENTSTORE_ENDPOINT"] = endpoint
+    if controller is not None:
+        env["SEGMENTSTORE_CONTROLLER"] = controller
     return env
 
 
 def run_cli(
     *args: str,
     endpoint: str | None = None,
+    controller: str | None = None,
     input: bytes | None = None,
     timeout: float = 60.0,
 ) -> subprocess.CompletedProcess[bytes]:
@@ -36,7 +40,7 @@ def run_cli(
         [sys.executable, "-m", "segmentstore", *args],
         input=input if input is not None else b"",
         capture_output=True,
-        env=cli_env(endpoint),
+        env=cli_env(endpoint, controller),
         timeout=timeout,
     )
     if "--debug" not in args:

@@ -313,7 +313,7 @@ def test_tail_follow_rides_out_a_server_restart(server_factory: Any) -> None:
     segment = "cli/restart/0"
     assert run_cli("segment", "create", segment, endpoint=server.endpoint).returncode == 0
     proc = subprocess.Popen(
-        [sys.executable, "-m", "segmentstore", "segment", "tail", "-f", "-n", "0", segment],
+        [sys.executable, "-m", "segmentstore", "segment", "tail", "-f", "-n", "1", segment],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=cli_env(server.endpoint),
@@ -322,7 +322,13 @@ def test_tail_follow_rides_out_a_server_restart(server_factory: Any) -> None:
     assert proc.stdout is not None
     threading.Thread(target=lambda: [got.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
     try:
-        time.sleep(1.0)  # the follower is parked on the tail
+        # the follower is connected once it has printed "before" (-n 1: whether it was
+        # written before the follower looked or after); a fixed sleep lost the race to a
+        # slow interpreter start on a loaded machine: the server was gone before the
+        # follower's first connect
+        r = run_cli("segment", "write", segment, "before", endpoint=server.endpoint)
+        assert r.returncode == 0, r.stderr
+        assert got.get(timeout=30) == b"before\n"
         assert server.stop() == 0
         server.restart()  # same data dir and port
         r = run_cli("segment", "write", segment, "after restart", endpoint=server.endpoint)

@@ -37,6 +37,7 @@ def test_every_sdk_error_has_its_own_exit_code() -> None:
         E.ConnectionLost: 11,
         E.CorruptData: 12,
         E.WrongHost: 13,
+        E.AuthenticationFailed: 15,
     }
     for cls, code in kinds.items():
         assert _cli.exit_code(cls("x")) == code, cls
