@@ -85,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
         help="read cache size in MiB (default 0: 1/8 of the memory available, 64 MiB to 1 GiB)",
     )
     s.add_argument(
+        "--log-file-mb",
+        type=int,
+        help="size of each write-ahead log file in MiB (default 64; 1 to 4096)",
+    )
+    s.add_argument(
         "--direct-io",
         choices=("on", "off"),
         help="write and read chunk files with O_DIRECT, bypassing the page cache (default on)",

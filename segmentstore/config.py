@@ -42,6 +42,7 @@ class ServerConfig:
     tail_read_timeout_s: float = 10.0
     read_cache_mb: int = 0  # 0: 1/8 of the memory the process may use, 64 MiB to 1 GiB
     direct_io: str = "on"  # chunk files with O_DIRECT where the filesystem allows it
+    log_file_mb: int = 64  # size of each write-ahead log file (zero-filled ahead of use)
     # --- resource budgets and timeouts (issue 13; README "Resource budgets") ---
     store_input_bytes: int = 128 * 1024 * 1024  # partial frames buffered, all connections
     store_output_bytes: int = 128 * 1024 * 1024  # replies queued, all connections
@@ -80,6 +81,8 @@ class ServerConfig:
             raise ConfigError("containers must be at least 1")
         if self.read_cache_mb < 0:
             raise ConfigError("read cache size must be 0 (automatic) or more MiB")
+        if not 1 <= self.log_file_mb <= 4096:
+            raise ConfigError(f"log file size must be 1 to 4096 MiB, not {self.log_file_mb}")
         if self.direct_io not in ("on", "off"):
             raise ConfigError(f"direct_io must be on or off, not {self.direct_io!r}")
         if not -1 <= self.controller_port <= 65535:

@@ -10,7 +10,13 @@ from typing import Protocol
 
 import pytest
 
+from segmentstore.server import launcher
 from segmentstore.server.launcher import ServerProcess
+
+# Servers started by the tests write 4 MiB log files instead of 64 MiB ones: the suite starts
+# hundreds of them, and zero-filling 64 MiB each cost tens of GB of disk writes per run. Log
+# rolling is exercised more often this way, not less.
+launcher.DEFAULT_ENV.setdefault("SEGMENTSTORE_LOG_FILE_MB", "4")
 
 
 class ServerFactory(Protocol):

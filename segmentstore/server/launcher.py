@@ -7,7 +7,9 @@ unless ``inherit_settings=True``; settings are passed as flags (``extra_args``) 
 ``env``. The child listens on 127.0.0.1 on an ephemeral port unless told otherwise; the
 ready line gives the port (and the metrics port). Its stderr is kept in ``log`` (bounded)
 by a daemon thread so the child never blocks on a full pipe. ``rlimits`` are applied in
-the child before it starts (e.g. a small RLIMIT_NOFILE).
+the child before it starts (e.g. a small RLIMIT_NOFILE). ``DEFAULT_ENV`` holds settings
+every child of this process gets unless ``env`` says otherwise (the test suite uses it for
+small log files, so hundreds of servers do not zero-fill 64 MiB each).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ READY = re.compile(r"listening on ([0-9.]+):(\d+)")
 METRICS = re.compile(r"metrics on https?://([0-9.]+):(\d+)/metrics")
 SETTINGS_PREFIX = "SEGMENTSTORE_"
 MAX_LOG_LINES = 20_000
+DEFAULT_ENV: dict[str, str] = {}  # applied before ``env``; empty unless the caller fills it
 
 
 @dataclass
@@ -85,6 +88,7 @@ class ServerProcess:
             if self.inherit_settings or not k.startswith(SETTINGS_PREFIX)
         }
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(DEFAULT_ENV)
         env.update(self.env)
         return env
 

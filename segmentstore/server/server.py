@@ -118,6 +118,7 @@ class Server:
                     container_count=config.containers,
                     read_cache_bytes=cache_mb * 1024 * 1024,
                     direct_io=config.direct_io == "on",
+                    log_file_bytes=config.log_file_mb * 1024 * 1024,
                 )
             )
         except StorageError:

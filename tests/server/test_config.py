@@ -7,11 +7,15 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from segmentstore.config import ServerConfig
+from segmentstore.server import launcher
 
 from .wire import WireClient
 
@@ -108,6 +112,8 @@ def run_serve(
         (["--tail-read-timeout-s", "0"], {}, None, "tail read timeout must be positive"),
         (["--read-cache-mb", "-1"], {}, None, "read cache size must be 0 (automatic)"),
         (["--config", "/nonexistent/ss.toml"], {}, None, "cannot read config file"),
+        (["--log-file-mb", "0"], {}, None, "log file size must be 1 to 4096 MiB, not 0"),
+        ([], {"SEGMENTSTORE_LOG_FILE_MB": "5000"}, None, "log file size must be 1 to 4096"),
     ],
 )
 def test_bad_settings_exit_2_with_a_clear_message(
@@ -165,3 +171,24 @@ def test_direct_io_rejects_other_values(tmp_path: Path) -> None:
     proc = run_serve(tmp_path, [], {"SEGMENTSTORE_DIRECT_IO": "maybe"})
     assert proc.returncode == 2
     assert "direct_io must be on or off" in proc.stderr
+
+
+@pytest.mark.parametrize(("args", "env"), [(["--log-file-mb", "2"], {}), ([], {})])
+def test_log_file_size_setting_sizes_the_log_files(
+    server_factory: ServerFactory, args: list[str], env: dict[str, str]
+) -> None:
+    # The second case takes the suite's default (tests/conftest.py: 4 MiB); the product's own
+    # default, 64 MiB, is the ServerConfig field's.
+    server = server_factory(extra_args=args, env=env)
+    server.start()
+    want = (2 if args else int(launcher.DEFAULT_ENV["SEGMENTSTORE_LOG_FILE_MB"])) << 20
+    log_dir = server.data_dir / "container-0000" / "log"
+    deadline = time.monotonic() + 20
+    sizes: list[int] = []
+    while time.monotonic() < deadline:
+        sizes = [p.stat().st_size for p in log_dir.glob("*") if p.is_file()]
+        if sizes and max(sizes) >= want:
+            break
+        time.sleep(0.05)
+    assert sizes and max(sizes) == want, sizes
+    assert ServerConfig().log_file_mb == 64
