@@ -146,17 +146,55 @@ _SAMPLES = {
 }
 
 
-def scrape(server: ServerProcess) -> dict[str, float]:
+def metrics(server: ServerProcess) -> dict[str, float]:
+    """Every sample of the server's ``/metrics``, by its full name with labels."""
     url = f"http://127.0.0.1:{server.http_port}/metrics"
     with urllib.request.urlopen(url, timeout=30) as r:
         lines = r.read().decode().splitlines()
-    stat = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    values = {"cpu": (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")}
+    values: dict[str, float] = {}
     for line in lines:
         if not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             values[name] = float(value)
+    return values
+
+
+def scrape(server: ServerProcess) -> dict[str, float]:
+    values = metrics(server)
+    stat = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    values["cpu"] = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
     return {k: values.get(v, 0.0) for k, v in {**_SAMPLES, "cpu": "cpu"}.items()}
+
+
+# Where a slow createStream's time went, from the server's histograms around the run:
+# (label, count family, bucket sample at the edge shown).
+_SLOW = (
+    (
+        "server createStream > 20 ms",
+        'segmentstore_controller_rpc_seconds_count{method="createStream"}',
+        'segmentstore_controller_rpc_seconds_bucket{le="0.02",method="createStream"}',
+    ),
+    (
+        "fdatasync > 10 ms",
+        'segmentstore_commit_stage_seconds_count{stage="fdatasync"}',
+        'segmentstore_commit_stage_seconds_bucket{le="0.01",stage="fdatasync"}',
+    ),
+    (
+        "log-thread hand-off in > 10 ms",
+        'segmentstore_commit_stage_seconds_count{stage="handoff_in"}',
+        'segmentstore_commit_stage_seconds_bucket{le="0.01",stage="handoff_in"}',
+    ),
+)
+
+
+def slow_share(before: dict[str, float], after: dict[str, float]) -> str:
+    """``k of n`` for each line of ``_SLOW`` between two scrapes."""
+    out = []
+    for label, count, edge in _SLOW:
+        n = after.get(count, 0.0) - before.get(count, 0.0)
+        fast = after.get(edge, 0.0) - before.get(edge, 0.0)
+        out.append(f"{label}: {n - fast:,.0f} of {n:,.0f}")
+    return "; ".join(out)
 
 
 @dataclass
@@ -178,7 +216,8 @@ class Case:
         return (
             f"{blocks:>7,.0f} blocks, {events / blocks:5.1f} ev/block, "
             f"{blocks / max(d['commits'], 1.0):4.1f} blocks/commit, "
-            f"server ack {ack * 1e3:5.2f} ms (fdatasync {fsync * 1e3:4.2f} ms), "
+            f"server ack {ack * 1e3:5.2f} ms (fdatasync {fsync * 1e3:4.2f} ms, "
+            f"a commit every {self.seconds / max(d['commits'], 1.0) * 1e3:4.2f} ms), "
             f"cycle {cycle * 1e3:5.2f} ms, server share {ack / cycle:4.0%}, "
             f"CPU server {d['cpu'] / self.seconds:4.0%} client {self.client_cpu / self.seconds:4.0%}"
             + self.little(ack)
@@ -254,12 +293,16 @@ def main() -> int:
                 if not a.no_explain and name in segments:
                     line += "  " + case.explain(segments[name], a.events)
                 print(line)
+            load0, before = os.getloadavg()[0], metrics(server)
             r = child({"op": "create", "uri": uri, "count": a.streams})
+            load1, after = os.getloadavg()[0], metrics(server)
             lat = sorted(float(x) * 1000 for x in r["latencies"])  # type: ignore[attr-defined]
             p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
+            over = sum(1 for x in lat if x > 20)
             print(
-                f"  createStream x{a.streams} (fsync={a.fsync}): "
-                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms"
+                f"  createStream x{a.streams} (fsync={a.fsync}, load average {load0:.1f}-{load1:.1f}): "
+                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms; "
+                f"client saw {over} over 20 ms\n    {slow_share(before, after)}"
             )
         finally:
             server.kill()
