@@ -223,6 +223,18 @@ class Case:
             + self.little(ack)
         )
 
+    def at_floor(self, segments: int) -> float:
+        """The rate projected for a server whose ack took one bare fdatasync (the least an
+        fsync=always ack can take), the same blocks and the same client time per cycle."""
+        d = self.delta
+        blocks = d.get("blocks", 0.0)
+        if not blocks or not self.inflight:
+            return 0.0
+        ack = d["ack_sum"] / max(d["ack_count"], 1.0)
+        fsync = d["fsync_sum"] / max(d["commits"], 1.0)
+        cycle = self.seconds * segments / blocks
+        return self.rate * cycle / (cycle - ack + fsync)
+
     def little(self, ack: float) -> str:
         """Little's law for a capped writer: its ``inflight`` events are always in the client's
         system, so each stays ``inflight / rate`` seconds; the server's ack is that share."""
@@ -292,6 +304,9 @@ def main() -> int:
                 line = f"  {name:<13} {case.rate:>9,.0f} events/s {ratio:6.1%} of segment/{segments.get(name, 1)}"  # fmt: skip
                 if not a.no_explain and name in segments:
                     line += "  " + case.explain(segments[name], a.events)
+                    floor = case.at_floor(segments[name])
+                    if floor:
+                        line += f"; at a one-fdatasync ack {floor:,.0f} events/s ({floor / base.rate:.0%})"
                 print(line)
             load0, before = os.getloadavg()[0], metrics(server)
             r = child({"op": "create", "uri": uri, "count": a.streams})

@@ -4,6 +4,7 @@ checks, endpoints, tokens, and bad requests that must leave no metadata behind."
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 from typing import Any
 
@@ -235,3 +236,32 @@ def test_every_status_value_the_clients_read(ctl: Ctl) -> None:
     ):
         sample = f'segmentstore_controller_rpcs_total{{method="{method}",status="{status}"}}'
         assert _metric(ctl, sample) >= 1.0, sample
+
+
+def test_segments_at_a_time_stamp(ctl: Ctl) -> None:
+    """getSegments: 0 is the head; a time stamp gives the epoch current then (offsets 0),
+    one before the stream existed gives the head, one after the scale the successors."""
+    stub = ctl.stub()
+    create_stream(stub, "t", "s", 2)
+    info = stream_info("t", "s")
+    created = int(time.time() * 1000)
+    time.sleep(0.05)
+    before_scale = int(time.time() * 1000)
+    time.sleep(0.05)
+    req = pb.ScaleRequest(
+        streamInfo=info,
+        sealedSegments=[0, 1],
+        newKeyRanges=[pb.ScaleRequest.KeyRangeEntry(start=0.0, end=1.0)],
+    )
+    assert stub.scale(req).status == pb.ScaleResponse.STARTED
+    time.sleep(0.05)
+    after_scale = int(time.time() * 1000)
+
+    def at(ms: int) -> dict[int, int]:
+        reply = stub.getSegments(pb.GetSegmentsRequest(streamInfo=info, timestamp=ms))
+        return {s.segmentId.segmentId: s.offset for s in reply.segments}
+
+    assert at(0) == {0: 0, 1: 0}
+    assert at(1) == {0: 0, 1: 0}  # before the stream: its head
+    assert at(before_scale) == at(created) == {0: 0, 1: 0}
+    assert at(after_scale) == {(1 << 32) | 2: 0}
