@@ -3,26 +3,31 @@
 
 Starts ``segmentstore serve`` with its controller on ephemeral ports, then measures:
 
-* stream/1, stream/8  the official Pravega Python client (PyPI ``pravega``, in a child
-                      process) writing 100 B events with routing keys through its
-                      pipelined writer (``max_inflight_events``) to a stream of 1 and of 8
-                      segments; one flush at the end
-* segment             the same official client writing the same 100 B pieces straight to
-                      one segment: its byte-stream writer (no controller on the path, no
-                      routing, no event framing); the baseline for the ratio
-* sdk-segment         this project's SDK writing the same events to a plain segment with
-                      its pipelined writer (the store's own ceiling for comparison)
-* stream/8 wide       stream/8 again with ``--wide-inflight`` events in flight (default
-                      8,000): the same server, only the client's in-flight cap differs
-* createStream        1,000 ``create_stream`` calls of the official client (1 segment
-                      each), one at a time: p50 / p99 / max latency
+* stream/1, stream/8   the official Pravega Python client (PyPI ``pravega``, in a child
+                       process) writing 100 B events with routing keys through its
+                       pipelined writer (``max_inflight_events``) to a stream of 1 and of 8
+                       segments; one flush at the end
+* segment/1, segment/8 the baseline, like with like: the same official client writing the
+                       same 100 B pieces straight to 1 and to 8 raw segments, through one
+                       byte-stream writer per segment written in turn (no controller on the
+                       path, no routing, no event framing); stream/N is shown as a share
+                       of segment/N
+* sdk-segment          this project's SDK writing the same events to a plain segment with
+                       its pipelined writer (the store's own ceiling for comparison)
+* stream/8 wide        stream/8 again with ``--wide-inflight`` events in flight (default
+                       8,000): the same server, only the client's in-flight cap differs
+* createStream         1,000 ``create_stream`` calls of the official client (1 segment
+                       each), one at a time: p50 / p99 / max latency
 
 Where the time goes (``--explain``, on by default): the server's own counters around each
 case, from ``/metrics``: append blocks received, events per block, the server's mean time
 from receiving a block to sending its DataAppended, the mean fdatasync, and the mean time
 between two blocks of one segment writer (the official writer keeps ONE block in flight per
 segment and sends the next when the ack arrives, so that cycle bounds its rate). "server
-share" is the server's part of that cycle; the rest is the network and the client.
+share" is the server's part of that cycle; the rest is the network and the client. The
+client's CPU (all its threads) is shown beside the server's. For the capped event writer,
+Little's law: its ``max_inflight_events`` are always in the client's system, so each event
+stays ``inflight / rate``; "server ack" is shown as a share of that stay.
 
 Each rate is the best of ``--repeat`` interleaved rounds (default 3; the machine is shared).
 Every figure names the fsync mode. Usage::
@@ -63,27 +68,37 @@ import pravega_client as pc
 a = json.loads(sys.argv[1])
 m = pc.StreamManager(a["uri"])
 m.create_scope("bench")
-if a["op"] == "bytes":
-    m.create_stream("bench", a["stream"], 1)
-    bs = m.create_byte_stream("bench", a["stream"])
+def done(t0, c0):
+    c = time.process_time() - c0
+    print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": c}), flush=True)
+if a["op"] == "bytes":  # one byte stream (1 raw segment) per segment, written in turn
+    n = a["segments"]
+    names = [f"{a['stream']}-{k}" for k in range(n)]
+    for s in names:
+        m.create_stream("bench", s, 1)
+    bss = [m.create_byte_stream("bench", s) for s in names]
     payload = b"x" * a["size"]
-    bs.write(payload); bs.flush()
-    t0 = time.perf_counter()
+    for bs in bss:
+        bs.write(payload); bs.flush()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(a["events"]):
-        bs.write(payload)
-    bs.flush()
-    print(json.dumps({"seconds": time.perf_counter() - t0}), flush=True)
+        bss[i % n].write(payload)
+    for bs in bss:
+        bs.flush()
+    done(t0, c0)
 elif a["op"] == "write":
     m.create_stream("bench", a["stream"], a["segments"])
     w = m.create_writer("bench", a["stream"], max_inflight_events=a["inflight"])
     payload = "x" * a["size"]
     keys = [f"key-{i}" for i in range(64)]
-    w.write_event(payload, routing_key=keys[0]); w.flush()  # connections set up
-    t0 = time.perf_counter()
+    for k in keys:  # every segment's connection set up
+        w.write_event(payload, routing_key=k)
+    w.flush()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(a["events"]):
         w.write_event(payload, routing_key=keys[i % 64])
     w.flush()
-    print(json.dumps({"seconds": time.perf_counter() - t0}), flush=True)
+    done(t0, c0)
 else:
     lat = []
     for i in range(a["count"]):
@@ -131,23 +146,63 @@ _SAMPLES = {
 }
 
 
-def scrape(server: ServerProcess) -> dict[str, float]:
+def metrics(server: ServerProcess) -> dict[str, float]:
+    """Every sample of the server's ``/metrics``, by its full name with labels."""
     url = f"http://127.0.0.1:{server.http_port}/metrics"
     with urllib.request.urlopen(url, timeout=30) as r:
         lines = r.read().decode().splitlines()
-    stat = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    values = {"cpu": (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")}
+    values: dict[str, float] = {}
     for line in lines:
         if not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             values[name] = float(value)
+    return values
+
+
+def scrape(server: ServerProcess) -> dict[str, float]:
+    values = metrics(server)
+    stat = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    values["cpu"] = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
     return {k: values.get(v, 0.0) for k, v in {**_SAMPLES, "cpu": "cpu"}.items()}
+
+
+# Where a slow createStream's time went, from the server's histograms around the run:
+# (label, count family, bucket sample at the edge shown).
+_SLOW = (
+    (
+        "server createStream > 20 ms",
+        'segmentstore_controller_rpc_seconds_count{method="createStream"}',
+        'segmentstore_controller_rpc_seconds_bucket{le="0.02",method="createStream"}',
+    ),
+    (
+        "fdatasync > 10 ms",
+        'segmentstore_commit_stage_seconds_count{stage="fdatasync"}',
+        'segmentstore_commit_stage_seconds_bucket{le="0.01",stage="fdatasync"}',
+    ),
+    (
+        "log-thread hand-off in > 10 ms",
+        'segmentstore_commit_stage_seconds_count{stage="handoff_in"}',
+        'segmentstore_commit_stage_seconds_bucket{le="0.01",stage="handoff_in"}',
+    ),
+)
+
+
+def slow_share(before: dict[str, float], after: dict[str, float]) -> str:
+    """``k of n`` for each line of ``_SLOW`` between two scrapes."""
+    out = []
+    for label, count, edge in _SLOW:
+        n = after.get(count, 0.0) - before.get(count, 0.0)
+        fast = after.get(edge, 0.0) - before.get(edge, 0.0)
+        out.append(f"{label}: {n - fast:,.0f} of {n:,.0f}")
+    return "; ".join(out)
 
 
 @dataclass
 class Case:
     rate: float = 0.0
     seconds: float = 0.0
+    client_cpu: float = 0.0
+    inflight: int = 0  # the official writer's max_inflight_events (0: a byte writer, no cap)
     delta: dict[str, float] = field(default_factory=dict)
 
     def explain(self, segments: int, events: int) -> str:
@@ -160,10 +215,33 @@ class Case:
         cycle = self.seconds * segments / blocks
         return (
             f"{blocks:>7,.0f} blocks, {events / blocks:5.1f} ev/block, "
-            f"server ack {ack * 1e3:5.2f} ms (fdatasync {fsync * 1e3:4.2f} ms), "
+            f"{blocks / max(d['commits'], 1.0):4.1f} blocks/commit, "
+            f"server ack {ack * 1e3:5.2f} ms (fdatasync {fsync * 1e3:4.2f} ms, "
+            f"a commit every {self.seconds / max(d['commits'], 1.0) * 1e3:4.2f} ms), "
             f"cycle {cycle * 1e3:5.2f} ms, server share {ack / cycle:4.0%}, "
-            f"server CPU {d['cpu'] / self.seconds:4.0%}"
+            f"CPU server {d['cpu'] / self.seconds:4.0%} client {self.client_cpu / self.seconds:4.0%}"
+            + self.little(ack)
         )
+
+    def at_floor(self, segments: int) -> float:
+        """The rate projected for a server whose ack took one bare fdatasync (the least an
+        fsync=always ack can take), the same blocks and the same client time per cycle."""
+        d = self.delta
+        blocks = d.get("blocks", 0.0)
+        if not blocks or not self.inflight:
+            return 0.0
+        ack = d["ack_sum"] / max(d["ack_count"], 1.0)
+        fsync = d["fsync_sum"] / max(d["commits"], 1.0)
+        cycle = self.seconds * segments / blocks
+        return self.rate * cycle / (cycle - ack + fsync)
+
+    def little(self, ack: float) -> str:
+        """Little's law for a capped writer: its ``inflight`` events are always in the client's
+        system, so each stays ``inflight / rate`` seconds; the server's ack is that share."""
+        if not self.inflight:
+            return ""
+        stay = self.inflight / self.rate
+        return f", event in client {stay * 1e3:4.2f} ms (server ack {ack / stay:4.0%} of it)"
 
 
 def main() -> int:
@@ -194,10 +272,10 @@ def main() -> int:
             endpoint, uri = server.endpoint, m.group(1)
             cases: dict[str, Case] = {}
             plan: list[tuple[str, int, dict[str, object]]] = []
-            for segs, inflight in ((1, a.inflight), (8, a.inflight), (8, a.wide_inflight)):
-                name = f"stream/{segs}" + (" wide" if inflight != a.inflight else "")
-                plan.append((name, segs, {"op": "write", "segments": segs, "inflight": inflight}))
-            plan.append(("segment", 1, {"op": "bytes"}))
+            for segs in (1, 8):  # like with like: the same client, the same segment count
+                plan.append((f"stream/{segs}", segs, {"op": "write", "segments": segs, "inflight": a.inflight}))  # fmt: skip
+                plan.append((f"segment/{segs}", segs, {"op": "bytes", "segments": segs}))
+            plan.append(("stream/8 wide", 8, {"op": "write", "segments": 8, "inflight": a.wide_inflight}))  # fmt: skip
             if not a.only_create:
                 print(
                     f"best of {a.repeat} rounds, fsync={a.fsync}, {a.events} events of {a.size} B, "
@@ -213,23 +291,33 @@ def main() -> int:
                     best = cases.setdefault(name, Case())
                     if a.events / seconds > best.rate:
                         best.rate, best.seconds = a.events / seconds, seconds
+                        best.client_cpu = float(r["cpu"])  # type: ignore[arg-type]
+                        best.inflight = int(job.get("inflight", 0))  # type: ignore[call-overload]
                         best.delta = {k: after[k] - before[k] for k in after}
                 seconds = asyncio.run(segment_path(endpoint, f"sdk-{n}", a.events, a.size))
                 best = cases.setdefault("sdk-segment", Case())
                 best.rate = max(best.rate, a.events / seconds)
             segments = {name: segs for name, segs, _ in plan}
             for name, case in cases.items():
-                ratio = case.rate / cases["segment"].rate
-                line = f"  {name:<12} {case.rate:>10,.0f} events/s {ratio:6.1%} of the segment path"
+                base = cases[f"segment/{segments.get(name, 1)}"]
+                ratio = case.rate / base.rate
+                line = f"  {name:<13} {case.rate:>9,.0f} events/s {ratio:6.1%} of segment/{segments.get(name, 1)}"  # fmt: skip
                 if not a.no_explain and name in segments:
                     line += "  " + case.explain(segments[name], a.events)
+                    floor = case.at_floor(segments[name])
+                    if floor:
+                        line += f"; at a one-fdatasync ack {floor:,.0f} events/s ({floor / base.rate:.0%})"
                 print(line)
+            load0, before = os.getloadavg()[0], metrics(server)
             r = child({"op": "create", "uri": uri, "count": a.streams})
+            load1, after = os.getloadavg()[0], metrics(server)
             lat = sorted(float(x) * 1000 for x in r["latencies"])  # type: ignore[attr-defined]
             p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
+            over = sum(1 for x in lat if x > 20)
             print(
-                f"  createStream x{a.streams} (fsync={a.fsync}): "
-                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms"
+                f"  createStream x{a.streams} (fsync={a.fsync}, load average {load0:.1f}-{load1:.1f}): "
+                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms; "
+                f"client saw {over} over 20 ms\n    {slow_share(before, after)}"
             )
         finally:
             server.kill()

@@ -125,6 +125,7 @@ class Controller:
         }
         return {
             "rpcs": dict(self.service.rpc_counts) if self.service else {},
+            "rpc_seconds": dict(self.service.rpc_seconds) if self.service else {},
             "streams": len(self.md.streams),
             "scopes": len(self.md.scopes),
             "segments_per_stream": per_stream,

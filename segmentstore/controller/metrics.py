@@ -7,7 +7,7 @@ from typing import Any
 
 
 def controller_families(stats: dict[str, Any]) -> Iterator[Any]:
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
     p = "segmentstore_controller_"
     rpcs = CounterMetricFamily(
@@ -16,6 +16,14 @@ def controller_families(stats: dict[str, Any]) -> Iterator[Any]:
     for (method, status), n in sorted(stats["rpcs"].items()):
         rpcs.add_metric([method, status], n)
     yield rpcs
+    seconds = HistogramMetricFamily(
+        p + "rpc_seconds",
+        "Controller RPC handling time in the server, by method",
+        labels=["method"],
+    )
+    for method, h in sorted(stats.get("rpc_seconds", {}).items()):
+        seconds.add_metric([method], h.buckets(), h.sum)
+    yield seconds
     yield GaugeMetricFamily(p + "scopes", "Scopes", value=stats["scopes"])
     yield GaugeMetricFamily(p + "streams", "Streams", value=stats["streams"])
     per = GaugeMetricFamily(

@@ -11,6 +11,7 @@ by method and outcome in ``rpc_counts``. Nothing here blocks the event loop.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from segmentstore_client.controller_proto import controller_pb2
 from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
 from ..auth.controller_auth import caller_visibility
+from ..server.metrics import Histogram
 from .groups import Groups
 from .model import (
     TXN_OPEN,
@@ -37,6 +39,7 @@ pb: Any = controller_pb2  # generated, untyped (see pyproject's mypy overrides)
 log = logging.getLogger("segmentstore.controller")
 
 _R = TypeVar("_R")
+RPC_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0)
 Ctx = Any  # grpc.aio.ServicerContext (grpc ships no type hints)
 
 
@@ -46,6 +49,7 @@ def _counted(
     name = fn.__name__
 
     async def wrapper(self: Service, request: Any, context: Ctx) -> _R:
+        t0 = time.perf_counter()
         try:
             reply = await fn(self, request, context)
         except BadRequest as e:
@@ -63,6 +67,8 @@ def _counted(
             self.rpc_counts[(name, "INTERNAL")] += 1
             await context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
             raise
+        finally:
+            self._timed(name, time.perf_counter() - t0)
         label = _status_label(reply)
         self.rpc_counts[(name, label)] += 1
         return reply
@@ -112,6 +118,15 @@ class Service(pb_grpc.ControllerServiceServicer):
         self.endpoint = endpoint  # the wire listener every segment is served from
         self.self_uri = self_uri  # this controller
         self.rpc_counts: Counter[tuple[str, str]] = Counter()
+        # Seconds from a handler's start to its reply, by method (the server's side only:
+        # not the gRPC transport nor the client); RPC_BUCKETS has the 20 ms target edge.
+        self.rpc_seconds: dict[str, Histogram] = {}
+
+    def _timed(self, method: str, seconds: float) -> None:
+        h = self.rpc_seconds.get(method)
+        if h is None:
+            h = self.rpc_seconds[method] = Histogram(RPC_BUCKETS)
+        h.observe(seconds)
 
     # ------------------------------------------------------------------ helpers
 

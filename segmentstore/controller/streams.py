@@ -226,6 +226,7 @@ class Streams:
             new = StreamRecord.from_json(rec.to_json())
             new.pending = {"op": "delete"}
             await self.md.put_stream(new)
+            log.info("deleting stream %s (%d segment(s))", rec.key, len(rec.segments))
             await self._finish(new)
         log.info("deleted stream %s/%s", scope, stream)
         return "SUCCESS"

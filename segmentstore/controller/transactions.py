@@ -125,6 +125,7 @@ class Transactions:
             orders = [t.order for t in self.md.txns.values() if t.key.startswith(rec.key + "/")]
             txn.state, txn.order = TXN_COMMITTING, max(orders, default=0) + 1
             await self.md.put_txn(txn)
+            log.info("committing transaction %s (%d segment(s))", txn.key, len(txn.segments))
             await self._finish_commit(txn)
         return "SUCCESS"
 

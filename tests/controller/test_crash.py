@@ -1,16 +1,19 @@
-"""kill -9 of the server while the official client writes, and in the middle of a scale:
+"""kill -9 of the server while the official client writes, and in the middle of a scale, a
+transaction commit and a stream delete:
 after a restart on the same ports every acknowledged event is read exactly once, per-key
 order holds, and the stream keeps working."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from segmentstore_client.controller_proto import controller_pb2 as pb
+from segmentstore_client.errors import NoSuchSegment
 
 from .conftest import (
     Ctl,
@@ -140,3 +143,82 @@ def test_kill_9_in_the_middle_of_a_scale_finishes_it_on_restart(ctl: Ctl, tmp_pa
 def _ignore_errors(fn: object) -> None:
     with contextlib.suppress(Exception):  # the server dies under this call
         fn()  # type: ignore[operator]
+
+
+def _wait_log_match(ctl: Ctl, pattern: str, timeout: float) -> re.Match[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in list(ctl.server.log):
+            m = re.search(pattern, line)
+            if m:
+                return m
+        time.sleep(0.002)
+    raise AssertionError(f"no log line matching {pattern!r}")
+
+
+def _s64(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def test_kill_9_in_the_middle_of_a_commit_commits_exactly_once(ctl: Ctl, tmp_path: Path) -> None:
+    """The official client commits a transaction on a 256-segment stream; the server dies
+    once the commit is durable as COMMITTING and its 256 merges (one durable step each)
+    are under way. After the restart the commit is finished: every event once, in order."""
+    stub = ctl.stub()
+    create_stream(stub, "c", "s", 256)
+    per_txn = 400
+    driver = start_driver("txn", uri=ctl.uri, scope="c", stream="s", per_txn=per_txn, actions=["commit"])  # fmt: skip
+    m = _wait_log_match(ctl, r"committing transaction c/s/([0-9a-f]{32}) \(256 segment", 60)
+    ctl.server.kill()
+    driver.kill()
+    driver.communicate(timeout=30)
+    ctl.restart()
+    assert any("finishing the commit of transaction" in line for line in ctl.server.log)
+    tid = m.group(1)
+    req = pb.TxnRequest(
+        streamInfo=stream_info("c", "s"),
+        txnId=pb.TxnId(highBits=_s64(int(tid[:16], 16)), lowBits=_s64(int(tid[16:], 16))),
+    )
+    stub = ctl.stub()
+    assert stub.checkTransactionState(req).state == pb.TxnState.COMMITTED
+    out = tmp_path / "events.txt"
+    r = run_driver(
+        "read", uri=ctl.uri, scope="c", stream="s", group="g", count=per_txn,
+        out_file=str(out), seconds=60,
+    )  # fmt: skip
+    assert r["read"] == per_txn
+    lines = out.read_text().splitlines()
+    assert len(lines) == per_txn
+    seen = check_events([line[3:] for line in lines], keys=4)
+    assert sorted(n for ns in seen.values() for n in ns) == list(range(per_txn))
+
+
+def test_kill_9_in_the_middle_of_a_delete_finishes_it_on_restart(ctl: Ctl, tmp_path: Path) -> None:
+    """deleteStream of a sealed 1,024-segment stream deletes one segment per durable step;
+    the server dies once the delete is recorded. The restart finishes it: the stream and
+    all its segments are gone and the name can be used again."""
+    stub = ctl.stub()
+    create_stream(stub, "d", "s", 1024)
+    run_driver("write", uri=ctl.uri, scope="d", stream="s", count=200, keys=8)
+    assert stub.sealStream(stream_info("d", "s")).status == pb.UpdateStreamStatus.SUCCESS
+    caller = threading.Thread(
+        target=lambda: _ignore_errors(lambda: stub.deleteStream(stream_info("d", "s"), timeout=60)),
+        daemon=True,
+    )
+    caller.start()
+    _wait_log_match(ctl, r"deleting stream d/s \(1024 segment", 30)
+    ctl.server.kill()
+    ctl.restart()
+    assert any("finishing delete of d/s after a restart" in line for line in ctl.server.log)
+    caller.join(timeout=60)
+    stub = ctl.stub()
+    assert not stub.checkStreamExists(stream_info("d", "s")).exists
+    for n in (0, 511, 1023):
+        with pytest.raises(NoSuchSegment):
+            segment_info(ctl, f"d/s/{n}.#epoch.0")
+    create_stream(stub, "d", "s", 2)  # the name is free again, with new, empty segments
+    run_driver("write", uri=ctl.uri, scope="d", stream="s", count=100, keys=4)
+    out = tmp_path / "events.txt"
+    r = run_driver("read", uri=ctl.uri, scope="d", stream="s", group="g", count=100, out_file=str(out))  # fmt: skip
+    assert r["read"] == 100
+    check_events(out.read_text().splitlines(), keys=4, per_key=25)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -123,8 +124,13 @@ def test_retention_cut_due_tightens_with_a_maximum() -> None:
     assert not cut_due(rec, now=50_000, total=10**9, interval_ms=60_000)
 
 
-def test_controller_settings() -> None:
+def test_controller_settings(tmp_path: Path) -> None:
     assert load_config({}, environ={}).controller_port == 9090
+    toml = tmp_path / "s.toml"
+    toml.write_text("controller_port = 9191\n")
+    assert load_config({}, environ={}, toml_path=toml).controller_port == 9191
+    env = {"SEGMENTSTORE_CONTROLLER_PORT": "9292"}
+    assert load_config({}, environ=env, toml_path=toml).controller_port == 9292
     assert load_config({}, environ={"SEGMENTSTORE_CONTROLLER_PORT": "-1"}).controller_port == -1
     assert load_config({"controller_port": 0}, environ={}).controller_port == 0
     with pytest.raises(ConfigError, match="controller port"):

@@ -133,6 +133,9 @@ def test_metadata_survives_sigterm_and_kill_9_and_metrics_count_rpcs(
     assert 'segmentstore_controller_rpcs_total{method="createStream",status="SUCCESS"} 1.0' in body
     assert 'segmentstore_controller_stream_segments{stream="d/s"} 3.0' in body
     assert "segmentstore_controller_streams 1.0" in body
+    # The server's handling time per method: one createStream observed, within 5 s.
+    assert 'segmentstore_controller_rpc_seconds_count{method="createStream"} 1.0' in body
+    assert 'segmentstore_controller_rpc_seconds_bucket{le="5.0",method="createStream"} 1.0' in body
     assert ctl.server.stop() == 0
     ctl.restart()
     ctl.server.kill()
