@@ -85,7 +85,7 @@ def test_a_spark_read_hands_over_batches_of_batch_rows(spark: Any, endpoint: str
     assert [b.num_rows for b in batches] == [6000, 6000, 6000, 6000, 1000]
     assert [i for b in batches for i in b.column("id").to_pylist()] == list(range(25_000))
     default = SegmentStoreReader(ReadOptions.parse({"endpoint": endpoint, "segment": seg}), None)
-    assert default.options.batch_rows == 131_072
+    assert default.options.batch_rows == 10_000
     # through Spark, with pruning: the same rows
     back = (
         spark.read.format("segmentstore")

@@ -225,9 +225,9 @@ OPTIONS: Final[tuple[Option, ...]] = (
     _o(
         "batchRows",
         "read",
-        "131072",
-        "join consecutive events' rows into Arrow batches of at least this many rows "
-        "(at most 64 MiB) before handing them to Spark, which pays a fixed cost per batch",
+        "10000",
+        "hand Spark Arrow batches of at least this many rows (at most 64 MiB), joining "
+        "consecutive events' rows when events hold fewer (Spark pays a cost per batch)",
         "batch_rows",
     ),
     _o("startOffset", "read", "start", "batch: first offset (an event boundary)", "start_offset"),

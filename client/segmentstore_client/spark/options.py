@@ -37,7 +37,7 @@ NAMESPACE: Final = uuid.UUID("0b6f64a4-7d0e-5c55-9a8e-2f3f1e5b7c11")
 """uuid5 namespace of every identity the Spark integration derives."""
 
 DEFAULT_ROWS_PER_EVENT: Final = 10_000
-DEFAULT_BATCH_ROWS: Final = 131_072
+DEFAULT_BATCH_ROWS: Final = 10_000
 """Rows per event: Spark's default Arrow batch size, so events need no re-cutting."""
 MAX_ROWS_PER_EVENT: Final = 1 << 20
 PIECE_BITS: Final = 21

@@ -281,8 +281,9 @@ def read_range(
 def coalesce(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
     """``batches`` (of one schema) joined into batches of at least ``rows`` rows or
     :data:`MAX_BATCH_BYTES` bytes (the last one may be smaller), in order. Spark pays a
-    fixed cost per Arrow batch a Python source hands over, and events hold
-    ``rowsPerEvent`` rows each (10,000 by default): fewer, larger batches read faster.
+    fixed cost per Arrow batch a Python source hands over, so events written with a
+    small ``rowsPerEvent`` are joined; batches of 10,000 rows (the default
+    ``rowsPerEvent``) already cost no more CPU per read than joined ones of 131,072.
 
     Example::
 
