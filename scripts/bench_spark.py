@@ -1,16 +1,21 @@
-#!/usr/bin/env python3
 """Spark throughput: the ``segmentstore`` format against ``df.write.parquet``, same run.
 
 Writes and reads the same DataFrame (default 1,000,000 rows of six columns: bigint, int,
-string, double, timestamp, decimal) with each sink and prints rows/s and MB/s. Reads
-materialize every column (``.write.format("noop")``); "one column" reads only ``id``
-(Parquet: ``.select("id")``; segmentstore: ``.option("columns", "id")``, since Spark 4
-gives Python sources no column-pruning callback). Each figure is the median of
-``--runs`` timed runs after one untimed warm-up run (JIT, Python workers).
+string, double, timestamp, decimal) with each sink and prints, per figure, the median and
+range (min-max) of ``--runs`` timed runs after one untimed warm-up. Reads materialize every
+column (``.write.format("noop")``); "one column" reads only ``id`` (Parquet:
+``.select("id")``; segmentstore: ``.option("columns", "id")``, since Spark 4 gives Python
+sources no column-pruning callback). Reads of the two formats alternate run by run, so a
+change of load hits both; the ratios are medians of the per-run ratios.
+
+Next to wall time, ``cpu`` is the CPU seconds the run cost the Spark JVM, its Python
+workers and this benchmark's server (from ``/proc``): on a loaded machine it moves far
+less than wall time. ``parts`` is the read's input partition count.
 
     .venv/bin/python scripts/bench_spark.py                     # starts its own server
     .venv/bin/python scripts/bench_spark.py --fsync interval --runs 5
     .venv/bin/python scripts/bench_spark.py --endpoint tcp://127.0.0.1:12345
+    .venv/bin/python scripts/bench_spark.py --variants arrow:zstd,arrow:lz4 --batch-rows 10000
 
 MB/s counts the bytes each sink stores (segment length; Parquet files' size).
 """
@@ -28,35 +33,87 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from segmentstore.server.launcher import ServerProcess
 
 
 @contextmanager
-def server(data_dir: Path, fsync: str) -> Iterator[str]:
+def server(data_dir: Path, fsync: str) -> Iterator[tuple[str, int]]:
     """A segmentstore server process for the benchmark (the shared launcher, no
-    SEGMENTSTORE_* inherited); yields its endpoint."""
+    SEGMENTSTORE_* inherited); yields its endpoint and pid."""
     proc = ServerProcess(data_dir, ["--fsync", fsync], http_port=-1)
     proc.start()
     try:
-        yield proc.endpoint
+        yield proc.endpoint, proc.pid
     finally:
         with suppress(subprocess.TimeoutExpired):
             proc.stop(20)
 
 
-def timed(runs: int, prepare: Callable[[int], Any], action: Callable[[Any], None]) -> float:
-    """Median seconds of ``runs`` timed calls after one warm-up (``prepare`` is untimed)."""
-    times = []
-    for i in range(runs + 1):
-        arg = prepare(i)
-        t0 = time.perf_counter()
-        action(arg)
-        if i:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with suppress(OSError, IndexError, ValueError):
+                ppid = int(d.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(d.name))
+    return kids
+
+
+def cpu_seconds(roots: list[int]) -> float:
+    """User + system CPU seconds of ``roots`` and all their descendants, including
+    reaped children (so a worker that ended in between still counts)."""
+    kids = _children()
+    seen: set[int] = set()
+    todo = list(roots)
+    ticks = 0
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        with suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        todo.extend(kids.get(pid, []))
+    return ticks / CLOCK_TICKS
+
+
+@dataclass
+class Figure:
+    """Wall and CPU seconds of the timed runs of one action."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+    def text(self) -> str:
+        w, c = self.wall, self.cpu
+        return (
+            f"{statistics.median(w):5.2f} s [{min(w):.2f}-{max(w):.2f}]"
+            f" cpu {statistics.median(c):5.2f} s"
+        )
+
+
+class Timer:
+    """Times actions as wall seconds and CPU seconds of the process trees in ``roots``."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = roots
+
+    def run(self, fig: Figure, action: Callable[[], None], timed: bool = True) -> None:
+        c0, t0 = cpu_seconds(self.roots), time.perf_counter()
+        action()
+        t1, c1 = time.perf_counter(), cpu_seconds(self.roots)
+        if timed:
+            fig.wall.append(t1 - t0)
+            fig.cpu.append(c1 - c0)
 
 
 def dir_bytes(path: Path) -> int:
@@ -75,6 +132,7 @@ def main() -> int:
         default="arrow:zstd",
         help="encoding:compression pairs to measure, e.g. arrow:zstd,arrow:lz4,msgpack:none",
     )
+    ap.add_argument("--batch-rows", help="the reads' batchRows option (default: the source's)")
     ns = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -83,7 +141,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     try:
-        with _endpoint(ns, work) as endpoint:
+        with _endpoint(ns, work) as (endpoint, server_pid):
             spark = (
                 SparkSession.builder.master(ns.master)
                 .appName("bench_spark")
@@ -97,6 +155,9 @@ def main() -> int:
             )
             spark.sparkContext.setLogLevel("ERROR")
             spark.dataSource.register(_source())
+            jvm: Any = spark.sparkContext._jvm
+            jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+            timer = Timer([jvm_pid] + ([server_pid] if server_pid else []))
             cores = spark.sparkContext.defaultParallelism
             df = spark.range(0, ns.rows, 1, cores).selectExpr(
                 "id",
@@ -109,92 +170,127 @@ def main() -> int:
             print(
                 f"{ns.rows:,} rows x {len(df.columns)} columns, master {ns.master}, "
                 f"fsync={ns.fsync if not ns.endpoint else 'as configured'}, "
-                f"median of {ns.runs} runs after a warm-up",
+                f"{ns.runs} runs after a warm-up, load average {_load()}",
                 flush=True,
             )
-            results: list[tuple[str, float, int, float, float]] = []
 
-            # -- Parquet --------------------------------------------------------------
+            def noop(frame: Any) -> None:
+                frame.write.format("noop").mode("overwrite").save()
+
+            # -- writes ---------------------------------------------------------------
             pq = work / "parquet"
+            pq_write = Figure()
+            for i in range(ns.runs + 1):
+                path = str(pq / f"run{i}")
+                timer.run(pq_write, partial(df.write.parquet, path), timed=i > 0)
+            pq_size = dir_bytes(pq / "run1")
+            pq_data = str(pq / "run1")
 
-            def pq_path(i: int) -> str:
-                return str(pq / f"run{i}")
-
-            w = timed(ns.runs, pq_path, lambda p: df.write.mode("overwrite").parquet(p))
-            size = dir_bytes(pq / "run1")
-            r = timed(
-                ns.runs,
-                lambda i: pq_path(1),
-                lambda p: spark.read.parquet(p).write.format("noop").mode("overwrite").save(),
-            )
-            one = timed(
-                ns.runs,
-                lambda i: pq_path(1),
-                lambda p: (
-                    spark.read.parquet(p).select("id").write.format("noop").mode("overwrite").save()
-                ),
-            )
-            results.append(("parquet", w, size, r, one))
-            _report(ns.rows, *results[-1])
-
-            # -- segmentstore ---------------------------------------------------------
+            variants = []
             for variant in ns.variants.split(","):
                 encoding, _, compression = variant.partition(":")
-                tag = uuid.uuid4().hex[:8]
-
-                def seg(i: int, tag: str = tag) -> str:
-                    return f"bench/{tag}/run{i}"
-
-                def write(s: str, enc: str = encoding, comp: str = compression or "none") -> None:
-                    (
-                        df.write.format("segmentstore")
-                        .option("endpoint", endpoint)
-                        .option("segment", s)
-                        .option("encoding", enc)
-                        .option("compression", comp)
-                        .mode("append")
-                        .save()
-                    )
-
-                def read(s: str, **opts: str) -> None:
-                    r = (
-                        spark.read.format("segmentstore")
-                        .option("endpoint", endpoint)
-                        .option("segment", s)
-                    )
-                    for k, v in opts.items():
-                        r = r.option(k, v)
-                    r.load().write.format("noop").mode("overwrite").save()
-
-                w = timed(ns.runs, seg, write)
+                v = Variant(encoding, compression or "none", uuid.uuid4().hex[:8])
+                for i in range(ns.runs + 1):
+                    timer.run(v.write, partial(v.save, df, endpoint, i), timed=i > 0)
                 with sync.connect(endpoint) as client:
-                    size = client.segment_info(seg(1)).length
-                r = timed(ns.runs, lambda i, seg=seg: seg(1), read)
-                one = timed(ns.runs, lambda i, seg=seg: seg(1), lambda s: read(s, columns="id"))
-                name = f"segmentstore {encoding}/{compression or 'none'}"
-                results.append((name, w, size, r, one))
-                _report(ns.rows, *results[-1])
+                    v.size = client.segment_info(v.segment(1)).length
+                variants.append(v)
 
-            _, pw, _, pr, _ = results[0]
-            print("\nagainst parquet (rows/s ratio; targets: write >= 0.90, read >= 0.90):")
-            for name, w, _, r, one in results[1:]:
+            # -- reads, alternating ------------------------------------------------------
+            pq_read, pq_one = Figure(), Figure()
+            opts = {"batchRows": ns.batch_rows} if ns.batch_rows else {}
+            for i in range(ns.runs + 1):
+                timer.run(pq_read, lambda: noop(spark.read.parquet(pq_data)), timed=i > 0)
+                for v in variants:
+                    timer.run(v.read, partial(v.scan, spark, endpoint, opts), i > 0)
+                timer.run(pq_one, lambda: noop(spark.read.parquet(pq_data).select("id")), i > 0)
+                for v in variants:
+                    one = {**opts, "columns": "id"}
+                    timer.run(v.one, partial(v.scan, spark, endpoint, one), i > 0)
+            pq_parts = spark.read.parquet(pq_data).rdd.getNumPartitions()
+            _report(ns.rows, "parquet", pq_write, pq_size, pq_read, pq_one, pq_parts)
+            for v in variants:
+                parts = v.load(spark, endpoint, opts).rdd.getNumPartitions()
+                _report(ns.rows, v.name, v.write, v.size, v.read, v.one, parts)
+
+            print(
+                "\nagainst parquet (median of per-run rows/s ratios [range];"
+                " targets: write >= 0.90, read >= 0.90, six/one >= 2):"
+            )
+            for v in variants:
                 print(
-                    f"  {name:32s} write {pw / w:5.2f}   read {pr / r:5.2f}"
-                    f"   all six / one column {r / one:5.2f} (target >= 2)"
+                    f"  {v.name:26s} write {_ratio(pq_write.wall, v.write.wall)}"
+                    f"  read {_ratio(pq_read.wall, v.read.wall)}"
+                    f"  read cpu {_ratio(pq_read.cpu, v.read.cpu)}"
+                    f"  six/one column {_ratio(v.read.wall, v.one.wall)}"
                 )
+            print(f"load average at the end: {_load()}")
             spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
+@dataclass
+class Variant:
+    """One encoding/compression of the segmentstore format and its figures."""
+
+    encoding: str
+    compression: str
+    tag: str
+    size: int = 0
+    write: Figure = field(default_factory=Figure)
+    read: Figure = field(default_factory=Figure)
+    one: Figure = field(default_factory=Figure)
+
+    @property
+    def name(self) -> str:
+        return f"segmentstore {self.encoding}/{self.compression}"
+
+    def segment(self, run: int) -> str:
+        return f"bench/{self.tag}/run{run}"
+
+    def save(self, df: Any, endpoint: str, run: int) -> None:
+        (
+            df.write.format("segmentstore")
+            .option("endpoint", endpoint)
+            .option("segment", self.segment(run))
+            .option("encoding", self.encoding)
+            .option("compression", self.compression)
+            .mode("append")
+            .save()
+        )
+
+    def scan(self, spark: Any, endpoint: str, options: dict[str, str]) -> None:
+        """Read every row of the run-1 segment (materialized, then dropped)."""
+        self.load(spark, endpoint, options).write.format("noop").mode("overwrite").save()
+
+    def load(self, spark: Any, endpoint: str, options: dict[str, str]) -> Any:
+        r = spark.read.format("segmentstore").option("endpoint", endpoint)
+        r = r.option("segment", self.segment(1))
+        for k, val in options.items():
+            r = r.option(k, val)
+        return r.load()
+
+
+def _ratio(base: list[float], other: list[float]) -> str:
+    """Median and range of the per-run ratios ``base[i] / other[i]``."""
+    rs = [b / o for b, o in zip(base, other, strict=True)]
+    return f"{statistics.median(rs):4.2f} [{min(rs):.2f}-{max(rs):.2f}]"
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 @contextmanager
-def _endpoint(ns: argparse.Namespace, work: Path) -> Iterator[str]:
+def _endpoint(ns: argparse.Namespace, work: Path) -> Iterator[tuple[str, int | None]]:
+    """The endpoint to use and the pid of the server this benchmark started (if any)."""
     if ns.endpoint:
-        yield ns.endpoint
+        yield ns.endpoint, None
         return
-    with server(work / "server", ns.fsync) as endpoint:
-        yield endpoint
+    with server(work / "server", ns.fsync) as started:
+        yield started
 
 
 def _source() -> Any:
@@ -205,12 +301,16 @@ def _source() -> Any:
     return SegmentStoreDataSource
 
 
-def _report(rows: int, name: str, write_s: float, size: int, read_s: float, one_s: float) -> None:
+def _report(
+    rows: int, name: str, write: Figure, size: int, read: Figure, one: Figure, parts: int
+) -> None:
     mb = size / 1e6
+    w, r = statistics.median(write.wall), statistics.median(read.wall)
     print(
-        f"{name:32s} write {write_s:6.2f} s {rows / write_s:>11,.0f} rows/s {mb / write_s:7.1f} MB/s"
-        f" | read {read_s:6.2f} s {rows / read_s:>11,.0f} rows/s {mb / read_s:7.1f} MB/s"
-        f" | one column {one_s:6.2f} s | stored {mb:6.1f} MB",
+        f"{name:26s} write {write.text()} {rows / w:>10,.0f} rows/s {mb / w:6.1f} MB/s\n"
+        f"{'':26s} read  {read.text()} {rows / r:>10,.0f} rows/s {mb / r:6.1f} MB/s"
+        f" parts {parts}\n"
+        f"{'':26s} one column {one.text()} | stored {mb:6.1f} MB",
         flush=True,
     )
 

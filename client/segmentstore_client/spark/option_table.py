@@ -222,6 +222,14 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "(pieces of at least 1 MiB)",
         "min_partitions",
     ),
+    _o(
+        "batchRows",
+        "read",
+        "10000",
+        "hand Spark Arrow batches of at least this many rows (at most 64 MiB), joining "
+        "consecutive events' rows when events hold fewer (Spark pays a cost per batch)",
+        "batch_rows",
+    ),
     _o("startOffset", "read", "start", "batch: first offset (an event boundary)", "start_offset"),
     _o(
         "endOffset",

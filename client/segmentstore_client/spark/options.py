@@ -37,6 +37,7 @@ NAMESPACE: Final = uuid.UUID("0b6f64a4-7d0e-5c55-9a8e-2f3f1e5b7c11")
 """uuid5 namespace of every identity the Spark integration derives."""
 
 DEFAULT_ROWS_PER_EVENT: Final = 10_000
+DEFAULT_BATCH_ROWS: Final = 10_000
 """Rows per event: Spark's default Arrow batch size, so events need no re-cutting."""
 MAX_ROWS_PER_EVENT: Final = 1 << 20
 PIECE_BITS: Final = 21
@@ -348,6 +349,7 @@ class ReadOptions:
     timeouts: Timeouts = Timeouts()
     columns: tuple[str, ...] | None = None
     min_partitions: int = 1
+    batch_rows: int = DEFAULT_BATCH_ROWS
     filter_pushdown: bool = False
     record_format: str | None = None
     access: Access = Access()
@@ -404,6 +406,7 @@ class ReadOptions:
             min_partitions=_int(opts, "minPartitions", os.cpu_count() or 1, 1, 100_000),
             filter_pushdown=_bool(opts, "filterPushdown", False),
             record_format=_record_format(opts),
+            batch_rows=_int(opts, "batchRows", DEFAULT_BATCH_ROWS, 1, 1 << 24),
         )
 
 

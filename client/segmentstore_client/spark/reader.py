@@ -17,7 +17,7 @@ turns events into Arrow record batches of the query's schema:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -61,6 +61,8 @@ from .raw import plan_ranges
 log = logging.getLogger("segmentstore_client.spark")
 
 READ_SIZE: Final = 4 * 1024 * 1024
+MAX_BATCH_BYTES: Final = 64 * 1024 * 1024
+""":func:`coalesce` stops joining batches at this many bytes, whatever ``batchRows`` says."""
 OFFSET_COLUMNS: Final = ("_segment", "_offset", "_stream")
 
 RAW_SCHEMA: Final = StructType(
@@ -273,6 +275,39 @@ def read_range(
     """
     if not isinstance(part, SegmentRange) or part.end <= part.start:
         return  # Spark hands over a placeholder partition when none were planned
+    yield from coalesce(_range_batches(options, decoder, part), options.batch_rows)
+
+
+def coalesce(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` (of one schema) joined into batches of at least ``rows`` rows or
+    :data:`MAX_BATCH_BYTES` bytes (the last one may be smaller), in order. Spark pays a
+    fixed cost per Arrow batch a Python source hands over, so events written with a
+    small ``rowsPerEvent`` are joined; batches of 10,000 rows (the default
+    ``rowsPerEvent``) already cost no more CPU per read than joined ones of 131,072.
+
+    Example::
+
+        [b.num_rows for b in coalesce([b1000, b1000, b500], 2000)]  # [2000, 500]
+    """
+    pending: list[pa.RecordBatch] = []
+    count = size = 0
+    for b in batches:
+        if not b.num_rows:
+            continue
+        pending.append(b)
+        count += b.num_rows
+        size += b.nbytes
+        if count >= rows or size >= MAX_BATCH_BYTES:
+            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending.clear()
+            count = size = 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+
+
+def _range_batches(
+    options: ReadOptions, decoder: EventDecoder, part: SegmentRange
+) -> Iterator[pa.RecordBatch]:
     client = connect(options)
     try:
         reader = client.reader(part.segment, part.start, read_size=READ_SIZE)
