@@ -252,6 +252,7 @@ async def _snapshot(
     )
     for key, pos in start.items():
         checkpoint.partitions[key] = pos
+        checkpoint.ends.pop(key, None)
     checkpoint.window_scn, checkpoint.window_offset = start_scn, -1
     checkpoint.extra.update(snapshot_offset=snap.token.hex(), snapshot_source=source.name)
     answer = StreamAnswer(checkpoint, snap.chunks, snap.nbytes, snap.events, snap.filtered)

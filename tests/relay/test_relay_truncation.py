@@ -1,0 +1,128 @@
+"""A stream source under truncation (the controller's truncateStream, as retention calls
+it): ``/stream`` answers "checkpoint too old" exactly when the truncation took events the
+checkpoint had not read, whether it deleted a segment or cut into one; a checkpoint that
+had read everything the truncation took goes on with no gap and no duplicate. Written
+with the SDK, read with a plain HTTP client."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import segmentstore_client as sc
+from controller.conftest import controller_uri  # tests/controller/conftest.py
+from segmentstore_client.streams import StreamCut
+
+from .helpers import get, stream_all
+
+if TYPE_CHECKING:
+    from conftest import ServerProcess
+
+
+@contextlib.asynccontextmanager
+async def new_stream(srv: ServerProcess, stream: str, first: list[str]) -> AsyncIterator[sc.Client]:
+    """A client, with a new one-segment stream holding ``first``."""
+    async with sc.connect(srv.endpoint, controller=controller_uri(srv)) as client:
+        await client.create_scope(stream.split("/")[0])
+        await client.create_stream(stream, 1)
+        await write(client, stream, first)
+        yield client
+
+
+async def write(client: sc.Client, stream: str, values: list[str]) -> None:
+    async with client.stream_writer(stream) as w:
+        await w.write_many([v.encode() for v in values], routing_keys=["k"] * len(values))
+
+
+async def segments(client: sc.Client, stream: str) -> dict[int, int]:
+    """The stream's active segments (id -> length)."""
+    scope, name = stream.split("/")
+    out = {}
+    for r in await client.controller.current_segments(scope, name):
+        info = await client.segment_info(
+            f"{stream}/{r.segment & 0xFFFFFFFF}.#epoch.{r.segment >> 32}"
+        )
+        out[r.segment] = info.length
+    return out
+
+
+def values(events: list[object]) -> list[bytes]:
+    return [e.value for e in events]  # type: ignore[attr-defined]
+
+
+async def test_truncation_that_deletes_an_unfinished_segment(srv: ServerProcess) -> None:
+    port = srv.http_port
+    async with new_stream(srv, "tr/s", [f"a{i}" for i in range(10)]) as client:
+        # behind: has read 3 of segment 0's 10 events; done: all 10; idle: all 10, and
+        # does not poll again before the truncation (so the relay never saw it at the end
+        # of the sealed segment)
+        got, _a, behind = await stream_all(port, "tr.s", size=120, max_answers=3)
+        assert 0 < len(got) < 10
+        got, _a, done = await stream_all(port, "tr.s")
+        assert values(got) == [b"a%d" % i for i in range(10)]
+        idle = done
+        await client.scale_stream("tr/s", 1)
+        await write(client, "tr/s", [f"b{i}" for i in range(5)])
+        got, _a, done = await stream_all(port, "tr.s", checkpoint=done)
+        assert values(got) == [b"b%d" % i for i in range(5)]
+        # truncate at the start of segment 1: segment 0 is deleted
+        (seg1,) = await segments(client, "tr/s")
+        await client.truncate_stream(StreamCut("tr/s", {seg1: 0}))
+        status, headers, body = await get(
+            port, "/stream", {"sources": "tr.s", "checkPoint": behind, "timeout": "0"}
+        )
+        assert status == 200 and body == b""
+        assert headers["X-Databus-Error"] == "checkpoint-too-old"
+        assert "segment 0" in headers["X-Databus-Error-Cause"]
+        # the two that had read segment 0 to its end lose nothing
+        got, _a, idle = await stream_all(port, "tr.s", checkpoint=idle)
+        assert values(got) == [b"b%d" % i for i in range(5)]
+        got, _a, done = await stream_all(port, "tr.s", checkpoint=done)
+        assert got == []
+        # a new consumer starts at the oldest event kept
+        got, _a, fresh = await stream_all(port, "tr.s")
+        assert values(got) == [b"b%d" % i for i in range(5)]
+        # the checkpoints forgot the deleted segment and took the new cut
+        for cp in (idle, done, fresh):
+            parsed = json.loads(cp)
+            assert list(parsed["heads"].values()) == [{"1": 0}]
+            assert [k.split(":")[1] for k in parsed["partitions"]] == ["1"]
+        await write(client, "tr/s", ["c0"])
+        got, _a, _cp = await stream_all(port, "tr.s", checkpoint=idle)
+        assert values(got) == [b"c0"]
+
+
+async def test_truncation_inside_a_segment(srv: ServerProcess) -> None:
+    port = srv.http_port
+    async with new_stream(srv, "tc/s", [f"a{i}" for i in range(4)]) as client:
+        (seg0,) = await segments(client, "tc/s")
+        _got, _a, at4 = await stream_all(port, "tc.s")  # read a0..a3
+        await client.scale_stream("tc/s", 1)
+        (seg1,) = await segments(client, "tc/s")
+        # read_a0_a3: has read all of segment 0, nothing of segment 1
+        before = at4
+        await write(client, "tc/s", [f"b{i}" for i in range(10)])
+        middle = (await segments(client, "tc/s"))[seg1] // 2  # record length is constant
+        got, _a, half = await stream_all(port, "tc.s", checkpoint=at4, size=10_000)
+        assert values(got) == [b"b%d" % i for i in range(10)]
+        # a checkpoint that read b0..b4 exactly (b5 starts at ``middle``): one event an
+        # answer (each is a window of its own, larger than ``size``)
+        got, _a, five = await stream_all(port, "tc.s", checkpoint=at4, size=1, max_answers=5)
+        assert values(got) == [b"b%d" % i for i in range(5)]
+        await client.truncate_stream(StreamCut("tc/s", {seg1: middle}))
+        assert seg0 != seg1
+        # never read from segment 1, whose first half is gone: too old
+        status, headers, body = await get(
+            port, "/stream", {"sources": "tc.s", "checkPoint": before, "timeout": "0"}
+        )
+        assert status == 200
+        assert headers["X-Databus-Error"] == "checkpoint-too-old" and body == b""
+        assert f"truncated at {middle}" in headers["X-Databus-Error-Cause"]
+        # read up to exactly the cut: goes on with b5..b9
+        got, _a, _cp = await stream_all(port, "tc.s", checkpoint=five)
+        assert values(got) == [b"b%d" % i for i in range(5, 10)]
+        # read b0..b9: nothing missing, nothing more
+        got, _a, _cp = await stream_all(port, "tc.s", checkpoint=half)
+        assert got == []
