@@ -6,6 +6,7 @@ with the SDK, read with a plain HTTP client."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -13,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import segmentstore_client as sc
 from controller.conftest import controller_uri  # tests/controller/conftest.py
-from segmentstore_client.streams import StreamCut
+from segmentstore_client.streams import RetentionPolicy, StreamCut
 
 from .helpers import get, stream_all
 
 if TYPE_CHECKING:
-    from conftest import ServerProcess
+    from conftest import ServerFactory, ServerProcess
 
 
 @contextlib.asynccontextmanager
@@ -126,3 +127,41 @@ async def test_truncation_inside_a_segment(srv: ServerProcess) -> None:
         # read b0..b9: nothing missing, nothing more
         got, _a, _cp = await stream_all(port, "tc.s", checkpoint=half)
         assert got == []
+
+
+async def test_retention_deletes_a_segment_a_consumer_had_not_finished(
+    server_factory: ServerFactory,
+) -> None:
+    """Retention by size (cuts every 0.3 s) truncates at a cut in segment 1: the segment 0
+    that a slow consumer is still reading goes, and its next request is too old; one that
+    had read all of segment 1 up to the cut goes on with the rest."""
+    fast = {
+        "SEGMENTSTORE_CONTROLLER_TICK_S": "0.1",
+        "SEGMENTSTORE_CONTROLLER_RETENTION_INTERVAL_S": "0.3",
+    }
+    srv = server_factory(extra_args=["--controller-port", "0"], env=fast)
+    srv.start()
+    port = srv.http_port
+    async with sc.connect(srv.endpoint, controller=controller_uri(srv)) as client:
+        await client.create_scope("rt")
+        await client.create_stream("rt/s", 1, retention=RetentionPolicy.by_size(1000))
+        await write(client, "rt/s", [f"a{i:03}" for i in range(20)])
+        _got, _a, slow = await stream_all(port, "rt.s", size=1, max_answers=3)
+        await client.scale_stream("rt/s", 1)
+        await write(client, "rt/s", [f"b{i:03}" for i in range(20)])
+        got, _a, quick = await stream_all(port, "rt.s", checkpoint=slow)
+        assert len(got) == 37
+        await asyncio.sleep(0.8)  # a cut at the tail of segment 1 is recorded
+        await write(client, "rt/s", ["c" * 2400])  # one event: no cut falls inside it
+        for _ in range(100):  # until retention truncates (bounded: 10 s)
+            status, headers, body = await get(
+                port, "/stream", {"sources": "rt.s", "checkPoint": slow, "timeout": "0"}
+            )
+            if headers.get("X-Databus-Error") == "checkpoint-too-old":
+                break
+            await asyncio.sleep(0.1)
+        assert status == 200 and body == b""
+        assert headers.get("X-Databus-Error") == "checkpoint-too-old"
+        assert "segment 0" in headers["X-Databus-Error-Cause"]
+        got, _a, _cp = await stream_all(port, "rt.s", checkpoint=quick)
+        assert values(got) == [b"c" * 2400]
