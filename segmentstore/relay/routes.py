@@ -28,6 +28,7 @@ from .service import RelayService, StreamAnswer
 DEFAULT_SIZE = 1024 * 1024
 MAX_SIZE = 64 * 1024 * 1024
 MAX_HOLD_MS = 60_000
+MIN_COMPRESS = 1024  # smaller bodies go out as they are: gzip would not save a packet
 
 SOURCE_IDS = "relay.source_ids"  # request key: the ids of the sources a /stream names
 SERVICE: web.AppKey[RelayService] = web.AppKey("relay", RelayService)
@@ -139,7 +140,7 @@ async def _answer(
         headers=headers,
         content_type="application/json" if as_json else "application/binary",
     )
-    if answer.nbytes:
+    if answer.nbytes >= MIN_COMPRESS:
         response.enable_compression()
     service.stats.record(client_name(request), answer.events, answer.nbytes, answer.filtered)
     service.stats.record_sources(answer.by_source)

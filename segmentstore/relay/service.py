@@ -19,7 +19,6 @@ switch into a write outage.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -214,11 +213,19 @@ class RelayService:
             if done and all(not w.cancelled() and w.exception() for w in done):
                 await asyncio.sleep(min(timeout, 0.2))  # a segment vanished: do not spin
         finally:
+            # the others are cancelled, not awaited: the answer goes out on this loop
+            # turn; each finishes on its own and its outcome is read (no log noise)
             for w in waits:
-                w.cancel()
-            for w in waits:
-                with contextlib.suppress(asyncio.CancelledError, StorageError):
-                    await w
+                if not w.done():
+                    w.cancel()
+                    w.add_done_callback(_quiet)
+                elif not w.cancelled():
+                    w.exception()
+
+
+def _quiet(task: asyncio.Future[object]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _of(source: Source, every: list[tuple[Source, str, Partition]]) -> list[tuple[str, Partition]]:
