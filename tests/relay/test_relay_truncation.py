@@ -10,10 +10,13 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 import segmentstore_client as sc
 from controller.conftest import controller_uri  # tests/controller/conftest.py
+from segmentstore_client.relay import CheckpointTooOld, FileCheckpointStore, RelayConsumer
 from segmentstore_client.streams import RetentionPolicy, StreamCut
 
 from .helpers import get, stream_all
@@ -53,7 +56,9 @@ def values(events: list[object]) -> list[bytes]:
     return [e.value for e in events]  # type: ignore[attr-defined]
 
 
-async def test_truncation_that_deletes_an_unfinished_segment(srv: ServerProcess) -> None:
+async def test_truncation_that_deletes_an_unfinished_segment(
+    srv: ServerProcess, tmp_path: Path
+) -> None:
     port = srv.http_port
     async with new_stream(srv, "tr/s", [f"a{i}" for i in range(10)]) as client:
         # behind: has read 3 of segment 0's 10 events; done: all 10; idle: all 10, and
@@ -77,6 +82,15 @@ async def test_truncation_that_deletes_an_unfinished_segment(srv: ServerProcess)
         assert status == 200 and body == b""
         assert headers["X-Databus-Error"] == "checkpoint-too-old"
         assert "segment 0" in headers["X-Databus-Error-Cause"]
+        # the SDK's consumer raises, and keeps the checkpoint it had
+        saved = tmp_path / "behind.ckpt"
+        saved.write_text(behind)
+        url = f"http://127.0.0.1:{port}"
+        store = FileCheckpointStore(saved)
+        async with RelayConsumer(url, ["tr.s"], checkpoint_store=store, hold_ms=0) as consumer:
+            with pytest.raises(CheckpointTooOld, match="segment 0"):
+                await consumer.poll()
+        assert saved.read_text() == behind
         # the two that had read segment 0 to its end lose nothing
         got, _a, idle = await stream_all(port, "tr.s", checkpoint=idle)
         assert values(got) == [b"b%d" % i for i in range(5)]
