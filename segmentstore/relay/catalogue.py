@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..controller.metadata import METADATA_TABLE
 from ..controller.model import StreamRecord, epoch_of, number_of, overlaps
@@ -66,6 +66,11 @@ class Source:
     keys: tuple[str, ...] = ()  # stream source: each partition's checkpoint key
     preds: tuple[tuple[str, ...], ...] = ()  # stream source: each partition's predecessors
     numbers: tuple[int, ...] = ()  # stream source: each partition's segment number
+    # stream source: its truncation cut now (segment number, offset; empty: never
+    # truncated) and the numbers of its segments that cut deleted
+    head: tuple[tuple[int, int], ...] = ()
+    gone: tuple[int, ...] = ()
+    record: StreamRecord | None = field(default=None, compare=False, repr=False)
 
     def key(self, i: int) -> str:
         """The checkpoint key of partition ``i``."""
@@ -157,14 +162,18 @@ class SourceCatalogue:
 
     def _stream_source(self, src_id: int, rec: StreamRecord) -> Source:
         order = sorted(rec.segments, key=lambda s: (epoch_of(s), number_of(s)))
-        names, keys, preds, numbers = [], [], [], []
+        names, keys, preds, numbers, gone = [], [], [], [], []
+        head = _head(rec)
         for sid in order:
             name = rec.seg_name(sid)
             try:
-                if self.store.info(name).deleted:
-                    continue
+                missing = self.store.info(name).deleted
             except StorageError:
-                continue  # truncated away, or not made yet
+                missing = True
+            if missing:  # truncated away (gone), or not made yet
+                if head and rec.before_cut(sid, head):
+                    gone.append(number_of(sid))
+                continue
             names.append(name)
             keys.append(f"{src_id}:{number_of(sid)}")
             numbers.append(number_of(sid))
@@ -177,6 +186,9 @@ class SourceCatalogue:
             tuple(keys),
             tuple(preds),
             tuple(numbers),
+            tuple(sorted((number_of(sid), off) for sid, off in head.items())),
+            tuple(gone),
+            rec,
         )
 
     # ------------------------------------------------------------------ segments
@@ -305,6 +317,18 @@ def _next_free(used: set[int], last: int) -> int | None:
         if i not in used:
             return i
     return next((i for i in range(1, MAX_SOURCE_ID + 1) if i not in used), None)
+
+
+def _head(rec: StreamRecord) -> dict[int, int]:
+    """The stream's truncation cut (segment id -> offset; empty: never truncated), the one
+    being applied if a truncation is under way (its deletes come before its record)."""
+    pending = rec.pending or {}
+    if pending.get("op") == "truncate":
+        try:
+            return {int(s): int(o) for s, o in pending["cut"]}
+        except (KeyError, TypeError, ValueError):
+            pass
+    return dict(rec.head) if rec.head else {}
 
 
 def _predecessors(rec: StreamRecord, sid: int) -> list[int]:

@@ -315,9 +315,12 @@ class Partition:
         as_json: bool,
         kind: int,
     ) -> Served:
-        """Part of a window larger than the budget: whole events, at least one."""
+        """Part of a window larger than the budget: whole events, at least one. A window
+        whose every event went out after all is a whole one (``windowOffset`` -1, its end
+        marker sent): a checkpoint inside a window would look older than it is."""
         consumed = skip
-        for record, payload in _records(window, skip):
+        records = _records(window, skip)
+        for record, payload in records:
             chunk, sent, dropped = self._event(payload, scn, test, as_json, kind)
             if out.events and out.nbytes + len(chunk) > budget:
                 break
@@ -327,6 +330,18 @@ class Partition:
             out.events += sent
             out.filtered += dropped
             consumed = record + 1
+        if records and consumed == records[-1][0] + 1:
+            if kind != 2:  # no stored end-of-period marker: make one
+                marker = (
+                    _json_line(databus.end_of_period(scn))
+                    if as_json
+                    else databus.encode_end_of_period(scn)
+                )
+                out.chunks.append(marker)
+                out.nbytes += len(marker)
+            out.windows += 1
+            out.position = (scn, -1)
+            return out
         out.position = (scn, consumed)
         return out
 

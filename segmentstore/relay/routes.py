@@ -28,6 +28,7 @@ from .service import RelayService, StreamAnswer
 DEFAULT_SIZE = 1024 * 1024
 MAX_SIZE = 64 * 1024 * 1024
 MAX_HOLD_MS = 60_000
+MIN_COMPRESS = 1024  # smaller bodies go out as they are: gzip would not save a packet
 
 SOURCE_IDS = "relay.source_ids"  # request key: the ids of the sources a /stream names
 SERVICE: web.AppKey[RelayService] = web.AppKey("relay", RelayService)
@@ -139,7 +140,7 @@ async def _answer(
         headers=headers,
         content_type="application/json" if as_json else "application/binary",
     )
-    if answer.nbytes:
+    if answer.nbytes >= MIN_COMPRESS:
         response.enable_compression()
     service.stats.record(client_name(request), answer.events, answer.nbytes, answer.filtered)
     service.stats.record_sources(answer.by_source)
@@ -199,6 +200,7 @@ async def bootstrap(request: web.Request) -> web.StreamResponse:
     if snapshot:
         answer = await _snapshot(service, sources[0], checkpoint, bound, size, tests, as_json)
     else:
+        _catchup_sane(checkpoint, bound, sources)
         upper: dict[str, int] = {}
         for s in sources:
             parts = await service.refreshed(s)
@@ -208,6 +210,40 @@ async def bootstrap(request: web.Request) -> web.StreamResponse:
     response = await _answer(request, service, answer, as_json)
     response.headers["PhaseCompleted"] = "TRUE" if answer.done else "FALSE"
     return response
+
+
+def _catchup_sane(checkpoint: Checkpoint, target: int, sources: list[Source]) -> None:
+    """The spec's two catch-up errors, for sources with one SCN sequence (a stream's
+    segments each have their own, so there is no one SCN to compare): a snapshot ahead of
+    its target (the sanity check: 400), and a client already past the target, whose
+    ``sinceScn`` the bootstrap cannot reach (``BootstrapTooOldException``, 503: a newer
+    ``/targetSCN`` helps)."""
+    if any(s.stream for s in sources):
+        return
+    start, since = (
+        _extra_int(checkpoint, f) for f in ("bootstrap_start_scn", "bootstrap_since_scn")
+    )
+    if start is not None and start > target:
+        raise BadRequest(
+            f"bootstrap_start_scn {start} is above bootstrap_target_scn {target}: a snapshot "
+            "cannot be ahead of its catch-up target"
+        )
+    if since is not None and target < since and (start is None or start <= target):
+        raise BadRequest(
+            f"bootstrap_since_scn {since} is above bootstrap_target_scn {target}: ask "
+            "/targetSCN again",
+            status=503,
+            kind="BootstrapTooOldException",
+        )
+
+
+def _extra_int(checkpoint: Checkpoint, name: str) -> int | None:
+    value = checkpoint.extra.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"the checkpoint's {name} must be an integer")
+    return value
 
 
 def _bootstrap_filters(text: str | None, sources: list[Source]) -> dict[int, KeyTest]:
@@ -252,6 +288,7 @@ async def _snapshot(
     )
     for key, pos in start.items():
         checkpoint.partitions[key] = pos
+        checkpoint.ends.pop(key, None)
     checkpoint.window_scn, checkpoint.window_offset = start_scn, -1
     checkpoint.extra.update(snapshot_offset=snap.token.hex(), snapshot_source=source.name)
     answer = StreamAnswer(checkpoint, snap.chunks, snap.nbytes, snap.events, snap.filtered)

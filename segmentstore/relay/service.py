@@ -19,7 +19,6 @@ switch into a write outage.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,6 +31,7 @@ from .checkpoint import Checkpoint
 from .filters import KeyTest
 from .partition import Partition, TooOld
 from .stats import RelayStats
+from .truncation import check, end_of, gone_ok, settle
 
 if TYPE_CHECKING:
     from ..server.context import ServerContext
@@ -128,9 +128,15 @@ class RelayService:
             for source in serving:
                 for i, part in enumerate(await self.refreshed(source)):
                     every.append((source, source.key(i), part))
+            for source in serving:
+                if source.stream:
+                    too_old = check(source, _of(source, every), checkpoint)
+                    if too_old is not None:
+                        answer.too_old = too_old
+                        return answer
             if from_latest and not latest_set:
                 for _source, key, part in every:
-                    checkpoint.advance(key, part.max_scn, -1)
+                    checkpoint.advance(key, part.max_scn, -1, part.closed_end)
                 latest_set = True
             try:
                 starts = {key: part.start_of(*checkpoint.position(key)) for _s, key, part in every}
@@ -156,7 +162,7 @@ class RelayService:
                     must_send=answer.nbytes == 0,
                 )
                 if served.position is not None:
-                    checkpoint.advance(key, *served.position)
+                    checkpoint.advance(key, *served.position, end_of(part, *served.position))
                     moved = True
                 answer.chunks.extend(served.chunks)
                 answer.nbytes += served.nbytes
@@ -170,6 +176,9 @@ class RelayService:
                     mine[2] += served.filtered
                 if answer.nbytes >= size:
                     break
+            for source in serving:
+                if source.stream:
+                    settle(source, checkpoint)
             if upper is not None:
                 answer.done = all(
                     _reached(part, checkpoint, key, upper.get(key, -1)) for _s, key, part in every
@@ -204,11 +213,23 @@ class RelayService:
             if done and all(not w.cancelled() and w.exception() for w in done):
                 await asyncio.sleep(min(timeout, 0.2))  # a segment vanished: do not spin
         finally:
+            # the others are cancelled, not awaited: the answer goes out on this loop
+            # turn; each finishes on its own and its outcome is read (no log noise)
             for w in waits:
-                w.cancel()
-            for w in waits:
-                with contextlib.suppress(asyncio.CancelledError, StorageError):
-                    await w
+                if not w.done():
+                    w.cancel()
+                    w.add_done_callback(_quiet)
+                elif not w.cancelled():
+                    w.exception()
+
+
+def _quiet(task: asyncio.Future[object]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _of(source: Source, every: list[tuple[Source, str, Partition]]) -> list[tuple[str, Partition]]:
+    return [(key, part) for s, key, part in every if s is source]
 
 
 def _ready(
@@ -217,16 +238,21 @@ def _ready(
     starts: dict[str, tuple[int, int]],
 ) -> list[tuple[Source, str, Partition]]:
     """The partitions that may be served now: all of a segment source's; of a stream
-    source's, those whose predecessors are sealed and consumed to their end (or gone), so a
-    key's events in a successor never come before its events in a predecessor."""
+    source's, those whose predecessors are sealed and consumed to their end (or truncated
+    away, ``truncation.check`` having passed), so a key's events in a successor never come
+    before its events in a predecessor. A predecessor missing for another reason (its
+    deletion seen before the stream's new cut) is waited for."""
     finished: dict[str, bool] = {}
     for _source, key, part in every:
         finished[part.segment] = part.complete and starts[key][0] >= len(part.scns)
     out = []
+    gone: dict[int, set[str]] = {}
     for source, key, part in every:
         if source.stream:
             i = source.partitions.index(part.segment)
-            if not all(finished.get(p, True) for p in source.preds[i]):
+            if source.id not in gone:
+                gone[source.id] = gone_ok(source)
+            if not all(finished.get(p, p in gone[source.id]) for p in source.preds[i]):
                 continue
         out.append((source, key, part))
     return out

@@ -153,3 +153,34 @@ async def test_stream_source_bootstrap(server_factory: ServerFactory) -> None:
             await w.write(b"d:0", routing_key="d")
         rest, _a, _cp = await stream_all(srv.http_port, "bs.s", checkpoint=json.dumps(online))
         assert [e.value for e in rest] == [b"d:0"]
+
+
+async def test_catchup_errors_the_spec_names(server_factory: ServerFactory) -> None:
+    """A snapshot ahead of its target: 400; a client past the target (the spec's
+    BootstrapTooOldException): 503, retriable with a newer /targetSCN."""
+    srv = server_factory()
+    srv.start()
+    seg = unique_segment()
+    await write(srv.endpoint, seg, upserts(10, [(1, b"a")]))
+    base = {"consumption_mode": "BOOTSTRAP_CATCHUP", "catchup_source": source_name(seg)}
+    cases = [
+        ({"bootstrap_start_scn": 11, "bootstrap_target_scn": 10}, 400, "above"),
+        (
+            {"bootstrap_start_scn": 5, "bootstrap_since_scn": 12, "bootstrap_target_scn": 10},
+            503,
+            "ask /targetSCN again",
+        ),
+        ({"bootstrap_start_scn": "x", "bootstrap_target_scn": 10}, 400, "must be an integer"),
+    ]
+    for fields, status, cause in cases:
+        params = {"checkPoint": json.dumps({**base, **fields})}
+        got, headers, _body = await get(srv.http_port, "/bootstrap", params)
+        assert got == status, (fields, got)
+        assert cause in headers["X-Databus-Error-Cause"]
+    _g, headers, _b = await get(
+        srv.http_port, "/bootstrap", {"checkPoint": json.dumps({**base, **cases[1][0]})}
+    )
+    assert headers["X-Databus-Error"] == "BootstrapTooOldException"
+    ok = {**base, "bootstrap_start_scn": 5, "bootstrap_since_scn": 5, "bootstrap_target_scn": 10}
+    got, headers, _body = await get(srv.http_port, "/bootstrap", {"checkPoint": json.dumps(ok)})
+    assert got == 200 and headers["PhaseCompleted"] == "TRUE"

@@ -3,6 +3,7 @@ checkpoints that name them: a checkpoint taken before the restart resumes exactl
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING
 
@@ -22,8 +23,7 @@ async def test_ids_scns_and_checkpoints_survive_a_restart(server_factory: Server
     _s, _h, body = await get(srv.http_port, "/sources")  # b is seen first: id 1
     await write(srv.endpoint, a, [b"raw-%d" % i for i in range(5)])
     async with sc.connect(srv.endpoint) as client:  # many new segments: ids given in one batch
-        for i in range(300):
-            await client.create_segment(f"restart/many/{i}")
+        await asyncio.gather(*(client.create_segment(f"restart/many/{i}") for i in range(300)))
     _s, _h, body = await get(srv.http_port, "/sources")
     before = {s["name"]: s["id"] for s in json.loads(body)}
     assert len(before) == 302 and len(set(before.values())) == 302

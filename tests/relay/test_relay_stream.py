@@ -131,6 +131,18 @@ async def test_gzip_on_request(module_server: ServerProcess) -> None:
     assert zipped[1]["Content-Encoding"] == "gzip"
     assert len(zipped[2]) < len(plain[2]) / 3
     assert gzip.decompress(zipped[2]) == plain[2]
+    # a tiny answer (a tail read's usual one) goes out as it is: no time spent zipping
+    small = unique_segment()
+    await write(module_server.endpoint, small, [b"x"])
+    tiny = await get(
+        module_server.http_port,
+        "/stream",
+        {"sources": source_name(small), "timeout": "0"},
+        headers={"Accept-Encoding": "gzip"},
+        auto_decompress=False,
+    )
+    assert tiny[0] == 200 and "Content-Encoding" not in tiny[1]
+    assert [e.value for e in decode_events(tiny[2], False) if not e.end_of_period] == [b"x"]
 
 
 @pytest.mark.parametrize(
@@ -144,6 +156,10 @@ async def test_gzip_on_request(module_server: ServerProcess) -> None:
         ({"checkPoint": "{nope"}, 400, "checkPoint"),
         ({"checkPoint": '{"windowScn": "a"}'}, 400, "windowScn"),
         ({"checkPoint": '{"partitions": {"1": [1]}}'}, 400, "partitions"),
+        ({"checkPoint": '{"partitions": {"1:0": [1, -1, "x"]}}'}, 400, "partitions"),
+        ({"checkPoint": '{"heads": []}'}, 400, "heads"),
+        ({"checkPoint": '{"heads": {"1": {"0": -5}}}'}, 400, "heads"),
+        ({"checkPoint": '{"heads": {"x": {}}}'}, 400, "heads"),
         ({"filters": "[1]"}, 400, "filters"),
         ({"filters": '{"1": {"partitionType": "HASH", "filters": [{}]}}'}, 400, "partitionType"),
         ({"streamFromLatestScn": "maybe"}, 400, "streamFromLatestScn"),

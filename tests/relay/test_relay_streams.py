@@ -9,7 +9,6 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-import pytest
 import segmentstore_client as sc
 from controller.conftest import controller_uri  # tests/controller/conftest.py
 from segmentstore_client.formats import databus
@@ -18,14 +17,7 @@ from segmentstore_client.relay import decode_events, set_schema
 from .helpers import get, stream_all, write
 
 if TYPE_CHECKING:
-    from conftest import ServerFactory, ServerProcess
-
-
-@pytest.fixture
-def srv(server_factory: ServerFactory) -> ServerProcess:
-    s = server_factory(extra_args=["--controller-port", "0"])
-    s.start()
-    return s
+    from conftest import ServerProcess
 
 
 def connect(srv: ServerProcess) -> sc.Client:
