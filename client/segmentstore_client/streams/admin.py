@@ -248,6 +248,8 @@ class StreamAdmin(AdminClient):
             newKeyRanges=[pb.ScaleRequest.KeyRangeEntry(start=a, end=b) for a, b in new_ranges],
         )
         reply = await c.call("scale", req)
+        if reply.status != pb.ScaleResponse.STARTED:  # PRECONDITION_FAILED is also "no stream"
+            await c.require_stream(scope, name, f"scale stream {stream!r}")
         c.check(reply, f"scale stream {stream!r}", ("STARTED",))
         return c.ranges(pb.SegmentRanges(segmentRanges=reply.segments))
 

@@ -171,19 +171,41 @@ class ControllerClient:
     def ranges(reply: Any) -> list[KeyRange]:
         return [KeyRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in reply.segmentRanges]
 
+    async def require_stream(self, scope: str, stream: str, what: str) -> None:
+        """Raise :class:`NoSuchStream` (status ``SCOPE_NOT_FOUND`` or ``STREAM_NOT_FOUND``)
+        unless ``scope/stream`` exists: the check behind a reply that cannot tell a missing
+        stream from an empty answer (a sealed stream has no current segments)."""
+        if (await self.call("checkStreamExists", self.info(scope, stream))).exists:
+            return
+        scope_info = self.messages().ScopeInfo(scope=scope)
+        found = (await self.call("checkScopeExists", scope_info)).exists
+        status = "STREAM_NOT_FOUND" if found else "SCOPE_NOT_FOUND"
+        raise NoSuchStream(f"{what}: {status}: {scope}/{stream}", status)
+
     async def current_segments(self, scope: str, stream: str) -> list[KeyRange]:
-        """The active segments; empty when the stream is sealed."""
-        return self.ranges(await self.call("getCurrentSegments", self.info(scope, stream)))
+        """The active segments; empty when the stream is sealed, NoSuchStream if missing."""
+        ranges = self.ranges(await self.call("getCurrentSegments", self.info(scope, stream)))
+        if not ranges:
+            await self.require_stream(scope, stream, "getCurrentSegments")
+        return ranges
 
     async def epoch_segments(self, scope: str, stream: str, epoch: int) -> list[KeyRange]:
+        """The segments of ``epoch``; StreamError INVALID_ARGUMENT past the last epoch."""
         req = self.messages().GetEpochSegmentsRequest(
             streamInfo=self.info(scope, stream), epoch=epoch
         )
-        return self.ranges(await self.call("getEpochSegments", req))
+        try:
+            return self.ranges(await self.call("getEpochSegments", req))
+        except StreamError as e:
+            if e.status == "INVALID_ARGUMENT":  # also the controller's answer for no stream
+                await self.require_stream(scope, stream, "getEpochSegments")
+            raise
 
     async def successors(self, scope: str, stream: str, segment: int) -> list[Successor]:
         req = self.messages().SegmentId(streamInfo=self.info(scope, stream), segmentId=segment)
         reply = await self.call("getSegmentsImmediatelyFollowing", req)
+        if not reply.segments:  # none: the segment is current, or the stream sealed or gone
+            await self.require_stream(scope, stream, "getSegmentsImmediatelyFollowing")
         return [
             Successor(
                 KeyRange(e.segment.segmentId.segmentId, e.segment.minKey, e.segment.maxKey),
