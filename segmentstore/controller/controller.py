@@ -23,6 +23,7 @@ from ..auth.controller_auth import AuthInterceptor
 from ..storage import SegmentStore
 from ..tables import TableStore
 from .autoscale import AutoScaler
+from .decode_guard import DecodeGuard
 from .errors import ControllerError
 from .groups import Groups
 from .metadata import Metadata
@@ -75,7 +76,7 @@ class Controller:
         await streams.recover()
         await txns.recover()
         ctl = cls(md, streams, txns, settings)
-        interceptors = [] if auth is None else [AuthInterceptor(auth)]
+        interceptors = [DecodeGuard(), *([] if auth is None else [AuthInterceptor(auth)])]
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
         address = f"{settings.host}:{settings.port}"
         try:
