@@ -43,6 +43,7 @@ class ControllerSettings:
     rate_window_s: float = 120.0  # time constant of the decaying segment rates
     scale_cooldown_s: float = 60.0  # no split or merge of a segment younger than this
     retention_interval_s: float = 60.0  # how often a retention stream cut is taken
+    max_open_txns: int = 10_000  # open transactions per stream (createTransaction refuses more)
 
 
 class Controller:
@@ -73,6 +74,7 @@ class Controller:
         md = await Metadata.open(tables)
         streams = Streams(store, md)
         txns = Transactions(streams, md)
+        txns.max_open_per_stream = settings.max_open_txns
         await streams.recover()
         await txns.recover()
         ctl = cls(md, streams, txns, settings)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,18 +18,7 @@ from segmentstore_client import sync
 from segmentstore_client.controller_proto import controller_pb2 as pb
 from segmentstore_client.errors import NoSuchSegment
 
-from segmentstore.server.launcher import ServerProcess
-
 Range = tuple[float, float]
-
-
-@pytest.fixture(scope="module")
-def mctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctl]:
-    """One server with its controller for the module (tests use their own scopes)."""
-    s = ServerProcess(Path(tmp_path_factory.mktemp("hostile")), ["--controller-port", "0"])
-    s.start()
-    yield Ctl(s)
-    s.kill()
 
 
 @pytest.fixture
@@ -325,4 +313,33 @@ def test_a_thousand_concurrent_creates(ctl: Ctl) -> None:
     ctl.server.stop()
     ctl.restart()
     assert sorted(list_streams(ctl.stub(), "many")) == names
+    assert_clean_log(ctl)
+
+
+def test_open_transactions_are_capped_per_stream(server_factory: Any) -> None:
+    server = server_factory(
+        extra_args=["--controller-port", "0"],
+        env={"SEGMENTSTORE_CONTROLLER_MAX_OPEN_TXNS": "20"},
+    )
+    server.start()
+    ctl = Ctl(server)
+    stub = ctl.stub()
+    info = make_stream(stub, "cap", "s", 2)
+    other = make_stream(stub, "cap", "other", 1)
+
+    def begin(stream: Any) -> Any:
+        return stub.createTransaction(pb.CreateTxnRequest(streamInfo=stream, lease=60_000))
+
+    txns = [begin(info).txnId for _ in range(20)]
+    e = rpc_error(stub.createTransaction, pb.CreateTxnRequest(streamInfo=info, lease=60_000))
+    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "20 open transactions" in (e.details() or "")
+    begin(other)  # the cap is per stream
+    req = pb.TxnRequest(streamInfo=info, txnId=txns[0])
+    assert status_name(stub.abortTransaction(req)) == "SUCCESS"
+    begin(info)  # room again
+    ctl.server.stop()
+    ctl.restart()
+    e = rpc_error(ctl.stub().createTransaction, pb.CreateTxnRequest(streamInfo=info, lease=1000))
+    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # open ones survive the restart
     assert_clean_log(ctl)

@@ -4,32 +4,14 @@ fresh client's first call."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 import pytest
 import segmentstore_client as sc
-from controller.conftest import Ctl, controller_uri
+from controller.conftest import Ctl
 from segmentstore_client.errors import NoSuchSegment, SegmentSealed
 from segmentstore_client.streams import NoSuchStream, StreamCut
 from segmentstore_client.streams.controller_client import ControllerClient
-
-from segmentstore.server.launcher import ServerProcess
-
-
-@pytest.fixture(scope="module")
-def mctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ctl]:
-    """One server with its controller for the module (tests use their own scopes)."""
-    s = ServerProcess(Path(tmp_path_factory.mktemp("missing")), ["--controller-port", "0"])
-    s.start()
-    yield Ctl(s)
-    s.kill()
-
-
-@pytest.fixture
-async def mclient(mctl: Ctl) -> AsyncIterator[sc.Client]:
-    async with sc.connect(mctl.server.endpoint, controller=controller_uri(mctl.server)) as c:
-        yield c
 
 
 async def test_every_controller_call_works_as_a_first_call(mctl: Ctl, mclient: sc.Client) -> None:
