@@ -343,3 +343,22 @@ def test_open_transactions_are_capped_per_stream(server_factory: Any) -> None:
     e = rpc_error(ctl.stub().createTransaction, pb.CreateTxnRequest(streamInfo=info, lease=1000))
     assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # open ones survive the restart
     assert_clean_log(ctl)
+
+
+def test_oversized_reader_group_configs_are_refused(stub: Any) -> None:
+    """A 900 KB configuration used to fail as INTERNAL after the group's internal stream
+    was made (its record, in base64, outgrew a metadata value)."""
+    stub.createScope(pb.ScopeInfo(scope="rg"))
+    big = pb.ReaderGroupConfiguration(scope="rg", readerGroupName="g", readerGroupId="x" * 900_000)
+    e = rpc_error(stub.createReaderGroup, big)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "over the limit" in (e.details() or "")
+    internal = pb.StreamInfo(scope="rg", stream="_RGg")
+    assert not stub.checkStreamExists(internal).exists  # nothing half-made
+    ok = pb.ReaderGroupConfiguration(scope="rg", readerGroupName="g")
+    reply = stub.createReaderGroup(ok)
+    assert status_name(reply) == "SUCCESS" and stub.checkStreamExists(internal).exists
+    big.generation = 0
+    e = rpc_error(stub.updateReaderGroup, big)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    got = stub.getReaderGroupConfig(pb.ReaderGroupInfo(scope="rg", readerGroup="g"))
+    assert status_name(got) == "SUCCESS" and got.config.generation == 0
