@@ -15,8 +15,8 @@ import segmentstore_client as sc
 from controller.conftest import Ctl
 from segmentstore_client.errors import ClientClosed, ConnectFailed, EventTooLarge
 from segmentstore_client.protocol.events import MAX_EVENT_SIZE
-from segmentstore_client.streams import NoSuchStream
-from segmentstore_client.streams.routing import key_hash
+from segmentstore_client.streams import NoSuchStream, routing
+from segmentstore_client.streams.routing import CACHE_LIMIT, key_hash
 
 from .conftest import connect
 from .helpers import per_key, read_stream
@@ -29,6 +29,7 @@ async def test_a_one_megabyte_routing_key(mclient: sc.Client) -> None:
     w = mclient.stream_writer("bigkey/s")
     for i in range(3):
         await w.write(f"e{i}".encode(), routing_key=key)
+    assert key not in w._route_cache and key not in routing._CACHE  # memos stay small
     await w.close()
     h = key_hash(key)
     [want] = [r.segment for r in await mclient.controller.current_segments("bigkey", "s")
@@ -57,6 +58,21 @@ async def test_events_over_the_limit_write_nothing(mclient: sc.Client) -> None:
     await w.close()
     events = await read_stream(mclient, "big/s")
     assert sorted(len(e) for v in events.values() for e in v) == [5, MAX_EVENT_SIZE]
+
+
+async def test_bad_routing_keys_and_many_distinct_keys(mclient: sc.Client) -> None:
+    await mclient.create_scope("keys", exist_ok=True)
+    await mclient.create_stream("keys/s", 4)
+    w = mclient.stream_writer("keys/s")
+    for bad in (b"bytes", 7):
+        with pytest.raises(TypeError, match="routing key is a str"):
+            await w.write_many([b"a", b"b"], routing_keys=["ok", bad])  # type: ignore[list-item]
+    n = CACHE_LIMIT + 5000  # one distinct key per event (order ids, UUIDs...)
+    await (await w.write_many([b"e"] * n, routing_keys=[f"id-{i}" for i in range(n)]))
+    assert len(w._route_cache) <= CACHE_LIMIT and len(routing._CACHE) <= CACHE_LIMIT
+    await w.close()
+    events = await read_stream(mclient, "keys/s")
+    assert sum(len(v) for v in events.values()) == n  # the refused batches wrote nothing
 
 
 async def test_stream_deleted_under_a_reader_group(mclient: sc.Client) -> None:

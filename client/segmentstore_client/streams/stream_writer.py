@@ -46,7 +46,7 @@ from ..protocol.events import MAX_EVENT_SIZE
 from ..writer import Ack, EventWriter
 from ..writer_blocks import event_too_large
 from .controller_client import StreamError, segment_name, split_stream
-from .routing import KeyRange, KeyRanges, key_hash
+from .routing import CACHE_LIMIT, CACHED_KEY_CHARS, KeyRange, KeyRanges, key_hash
 from .transaction import Transaction
 
 if TYPE_CHECKING:
@@ -263,7 +263,11 @@ class StreamWriter:
             else:
                 sid = cache.get(k, -1)
                 if sid < 0:
-                    sid = cache[k] = route(key_hash(k))
+                    sid = route(key_hash(k))
+                    if len(k) <= CACHED_KEY_CHARS:  # bounded: distinct keys are unbounded
+                        if len(cache) >= CACHE_LIMIT:
+                            cache.clear()
+                        cache[k] = sid
             g = groups.get(sid)
             if g is None:
                 g = groups[sid] = ([], [])
