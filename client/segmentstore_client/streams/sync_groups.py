@@ -169,6 +169,10 @@ class SyncTransaction:
         """See :meth:`Transaction.write`. Example: ``txn.write(b"e", routing_key="k")``."""
         self._lt.run(self._txn.write(data, routing_key))
 
+    def flush(self) -> None:
+        """See :meth:`Transaction.flush`. Example: ``txn.flush()``."""
+        self._lt.run(self._txn.flush())
+
     def commit(self) -> None:
         """See :meth:`Transaction.commit`. Example: ``txn.commit()``."""
         self._lt.run(self._txn.commit())
