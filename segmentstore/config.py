@@ -59,6 +59,7 @@ class ServerConfig:
     controller_rate_window_s: float = 120.0  # decaying average of segment rates
     controller_scale_cooldown_s: float = 60.0  # minimum segment age before auto-scaling it
     controller_retention_interval_s: float = 60.0  # how often retention takes a stream cut
+    controller_max_open_txns: int = 10_000  # open transactions per stream; more: refused
     # --- TLS and authorization (issue 20; README "Security"); off unless set ---
     tls_cert_file: str = ""  # PEM certificate chain: TLS on the wire, controller and HTTP ports
     tls_key_file: str = ""  # its PEM private key
@@ -89,6 +90,8 @@ class ServerConfig:
             raise ConfigError(f"controller port {self.controller_port} out of range")
         if min(self.controller_tick_s, self.controller_rate_window_s) <= 0:
             raise ConfigError("controller tick and rate window must be positive")
+        if self.controller_max_open_txns < 1:
+            raise ConfigError("controller_max_open_txns must be at least 1")
         if self.tail_read_timeout_s <= 0:
             raise ConfigError("tail read timeout must be positive")
         for name in ("hello_timeout_s", "frame_timeout_s", "write_stall_timeout_s"):

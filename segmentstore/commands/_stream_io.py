@@ -87,8 +87,8 @@ def _worded(e: StreamError, args: argparse.Namespace) -> BaseException:
 
 
 def stream_connect(args: argparse.Namespace, *, reconnect_for: float = 0.0) -> sc.Client:
-    """:func:`connect`, with the controller client's protobuf messages loaded (the SDK's
-    ``stream_info`` needs them before its first call); no network traffic yet."""
+    """:func:`connect`, failing at once with one line when the ``streams`` extra (grpcio)
+    is missing; no network traffic yet."""
     client = connect(args, reconnect_for=reconnect_for)
     try:
         client.controller.messages()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..storage import EVENT_COUNT, StorageError
 from .model import StreamRecord, even_ranges
-from .streams import Streams, now_ms
+from .streams import BadRequest, Streams, now_ms
 
 log = logging.getLogger("segmentstore.controller")
 
@@ -111,6 +111,9 @@ class AutoScaler:
                 "auto-scale %s: %s -> %d segment(s) (rates %s)",
                 rec.key, sealed, len(ranges), {s: round(r, 1) for s, r in rates.items()},
             )  # fmt: skip
-            await self.streams.scale(rec.scope, rec.stream, sealed, ranges)
+            try:
+                await self.streams.scale(rec.scope, rec.stream, sealed, ranges)
+            except BadRequest as e:  # the stream's record is full: one line, no traceback
+                log.warning("auto-scale %s refused: %s", rec.key, e)
         for key in [k for k in self.rates if k not in live]:
             del self.rates[key]

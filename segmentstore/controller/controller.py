@@ -23,6 +23,7 @@ from ..auth.controller_auth import AuthInterceptor
 from ..storage import SegmentStore
 from ..tables import TableStore
 from .autoscale import AutoScaler
+from .decode_guard import DecodeGuard
 from .errors import ControllerError
 from .groups import Groups
 from .metadata import Metadata
@@ -42,6 +43,7 @@ class ControllerSettings:
     rate_window_s: float = 120.0  # time constant of the decaying segment rates
     scale_cooldown_s: float = 60.0  # no split or merge of a segment younger than this
     retention_interval_s: float = 60.0  # how often a retention stream cut is taken
+    max_open_txns: int = 10_000  # open transactions per stream (createTransaction refuses more)
 
 
 class Controller:
@@ -72,10 +74,11 @@ class Controller:
         md = await Metadata.open(tables)
         streams = Streams(store, md)
         txns = Transactions(streams, md)
+        txns.max_open_per_stream = settings.max_open_txns
         await streams.recover()
         await txns.recover()
         ctl = cls(md, streams, txns, settings)
-        interceptors = [] if auth is None else [AuthInterceptor(auth)]
+        interceptors = [DecodeGuard(), *([] if auth is None else [AuthInterceptor(auth)])]
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
         address = f"{settings.host}:{settings.port}"
         try:

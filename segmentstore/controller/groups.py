@@ -33,6 +33,17 @@ from .streams import LIST_PAGE, MAX_SEGMENTS, BadRequest, Streams, now_ms
 log = logging.getLogger("segmentstore.controller")
 
 RG_STREAM_PREFIX = "_RG"  # Pravega's internal stream of a reader group's state
+# A group's record (its configuration in base64, beside its id) is one metadata value
+# (under 1 MB): a larger configuration is refused before anything is made.
+MAX_GROUP_CONFIG = 384 * 1024
+
+
+def check_config_size(config: bytes) -> None:
+    if len(config) > MAX_GROUP_CONFIG:
+        raise BadRequest(
+            f"a reader group configuration of {len(config)} bytes is over the limit of "
+            f"{MAX_GROUP_CONFIG}"
+        )
 
 
 def kvt_segment(scope: str, table: str, number: int) -> str:
@@ -61,6 +72,7 @@ class Groups:
             return "SCOPE_NOT_FOUND", None
         if not valid_name(name):
             return "INVALID_RG_NAME", None
+        check_config_size(config)
         key = f"{scope}/{name}"
         async with self.streams.lock(f"rg|{key}"):
             found = self.group(scope, name)
@@ -84,6 +96,7 @@ class Groups:
     async def update_group(
         self, scope: str, name: str, generation: int, config: bytes
     ) -> tuple[str, int]:
+        check_config_size(config)
         key = f"{scope}/{name}"
         async with self.streams.lock(f"rg|{key}"):
             found = self.group(scope, name)

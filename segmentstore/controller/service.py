@@ -32,7 +32,7 @@ from .model import (
     to_signed64,
 )
 from .streams import BadRequest, Streams, now_ms
-from .transactions import Transactions, TxnNotFound
+from .transactions import TooManyTxns, Transactions, TxnNotFound
 
 pb: Any = controller_pb2  # generated, untyped (see pyproject's mypy overrides)
 
@@ -59,6 +59,10 @@ def _counted(
         except TxnNotFound as e:
             self.rpc_counts[(name, "NOT_FOUND")] += 1
             await context.abort(grpc.StatusCode.NOT_FOUND, f"not found: {e}")
+            raise
+        except TooManyTxns as e:
+            self.rpc_counts[(name, "RESOURCE_EXHAUSTED")] += 1
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
             raise
         except Exception as e:
             if isinstance(e, grpc.aio.AbortError):

@@ -42,6 +42,10 @@ from .model import (
 log = logging.getLogger("segmentstore.controller")
 
 MAX_SEGMENTS = 1024  # per scale or creation; a bound against a request that asks for millions
+MAX_TAGS, MAX_TAG_LENGTH = 128, 256  # Pravega's limits on a stream's tags
+# A stream's record (every segment it ever had) is one metadata table value: a scale that
+# would grow it past this is refused, else its pending record could never be finished.
+MAX_RECORD_BYTES = 1_000_000  # under the table's value limit (1,040,384), with room to spare
 LIST_PAGE = 100
 
 
@@ -129,6 +133,10 @@ class Streams:
             raise BadRequest(f"minNumSegments must be 1..{MAX_SEGMENTS}, not {cfg.min_segments}")
         if cfg.scale_type and (cfg.target_rate <= 0 or cfg.scale_factor <= 0):
             raise BadRequest("a by-rate scaling policy needs targetRate > 0 and scaleFactor > 0")
+        if cfg.tags is not None and (
+            len(cfg.tags) > MAX_TAGS or any(len(t) > MAX_TAG_LENGTH for t in cfg.tags)
+        ):
+            raise BadRequest(f"at most {MAX_TAGS} tags of at most {MAX_TAG_LENGTH} characters")
         if cfg.retention_type not in (0, 1, 2):
             raise BadRequest(f"unknown retention policy type {cfg.retention_type}")
         if cfg.retention_type and cfg.retention_param < 0:
@@ -263,6 +271,15 @@ class Streams:
     async def scale_locked(
         self, rec: StreamRecord, sealed: list[int], ranges: list[tuple[float, float]]
     ) -> StreamRecord:
+        probe = StreamRecord.from_json(rec.to_json())
+        probe.new_epoch(sealed, ranges, now_ms())
+        probe.pending = {"op": "seal", "segments": sealed, "ranges": ranges}  # the larger one
+        size = len(probe.to_json())
+        if size > MAX_RECORD_BYTES:
+            raise BadRequest(
+                f"stream {rec.key} cannot scale: its record would hold {len(probe.segments)} "
+                f"segments ({size} bytes, over {MAX_RECORD_BYTES}); scale by fewer segments"
+            )
         log.info("scaling %s: %d segment(s) -> %d", rec.key, len(sealed), len(ranges))
         new = StreamRecord.from_json(rec.to_json())
         new.pending = {"op": "scale", "sealed": sealed, "ranges": ranges, "ms": now_ms()}

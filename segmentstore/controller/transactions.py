@@ -52,6 +52,10 @@ class TxnNotFound(LookupError):
     pass
 
 
+class TooManyTxns(RuntimeError):
+    """A stream has as many open transactions as allowed (gRPC RESOURCE_EXHAUSTED)."""
+
+
 class Transactions:
     def __init__(self, streams: Streams, md: Metadata, clock: Callable[[], int] = now_ms) -> None:
         self.streams = streams
@@ -61,6 +65,7 @@ class Transactions:
         self._last_low = 0
         self.committed = 0
         self.aborted = 0
+        self.max_open_per_stream = 10_000  # a bound on memory and segments per stream
 
     def open_count(self) -> int:
         return sum(1 for t in self.md.txns.values() if t.state == TXN_OPEN)
@@ -87,6 +92,15 @@ class Transactions:
             rec = self.streams.get(scope, stream)
             if rec is None or rec.state != "active":
                 raise BadRequest(f"stream {scope}/{stream} is not open for writing")
+            prefix = rec.key + "/"
+            opened = sum(
+                1 for k, t in self.md.txns.items() if t.state == TXN_OPEN and k.startswith(prefix)
+            )
+            if opened >= self.max_open_per_stream:
+                raise TooManyTxns(
+                    f"stream {rec.key} has {opened} open transactions, the most allowed "
+                    "(controller_max_open_txns); commit or abort some first"
+                )
             epoch = rec.current
             high = (epoch.epoch << 32) | random.getrandbits(31)
             low = self._last_low = max(self._last_low + 1, self.clock() * 1000)

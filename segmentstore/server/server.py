@@ -182,6 +182,7 @@ class Server:
         settings = ControllerSettings(
             c.host, c.controller_port, c.controller_tick_s, c.controller_rate_window_s,
             c.controller_scale_cooldown_s, c.controller_retention_interval_s,
+            c.controller_max_open_txns,
         )  # fmt: skip
         tls_credentials, auth = self._controller_security()
         if auth is not None:

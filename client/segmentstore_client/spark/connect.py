@@ -125,7 +125,6 @@ def run_with_client(
     async def main() -> T:
         client = await open_async(endpoint, timeouts, access)
         try:
-            client.controller.messages()  # loads the protobuf modules the calls use
             return await work(client)
         finally:
             await client.close()

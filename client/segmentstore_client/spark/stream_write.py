@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - Spark < 4
 
 from ..client import Client
 from ..errors import NoSuchSegment, SegmentStoreError
-from ..streams.controller_client import split_stream
+from ..streams.controller_client import NoSuchStream, split_stream
 from ..streams.routing import KeyRanges, key_hash
 from ..streams.transaction import Transaction
 from . import stream_intent
@@ -353,7 +353,11 @@ def prepare_stream(options: WriteOptions, marker: bool) -> None:
 
     async def work(client: Client) -> None:
         scope, name = split_stream(stream)
-        if not await client.controller.current_segments(scope, name):
+        try:
+            missing = not await client.controller.current_segments(scope, name)
+        except NoSuchStream:
+            missing = True
+        if missing:
             raise SegmentStoreError(
                 f"stream {stream!r} has no open segment (missing or sealed); nothing written"
             )

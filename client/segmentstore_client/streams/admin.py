@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..admin import AdminClient
-from ..errors import NoSuchSegment
+from ..errors import ClientClosed, NoSuchSegment
 from .controller_client import ControllerClient, StreamError, segment_name, split_stream
 from .policies import RetentionPolicy, ScalingPolicy, SegmentStats, StreamInfo
 from .routing import KeyRange
@@ -35,10 +35,14 @@ class StreamAdmin(AdminClient):
         super().__init__(endpoint, options)
         self.controller_uri = controller or f"tcp://{self.endpoint.host}:{DEFAULT_CONTROLLER_PORT}"
         self._controller_client: ControllerClient | None = None
+        self._controller_closed = False
 
     @property
     def controller(self) -> ControllerClient:
-        """The controller client (made on first use; its channel opens on the first call)."""
+        """The controller client (made on first use; its channel opens on the first call);
+        ClientClosed once the client is closed."""
+        if self._controller_closed:
+            raise ClientClosed("the client is closed")
         if self._controller_client is None:
             self._controller_client = ControllerClient(
                 self.controller_uri,
@@ -49,6 +53,7 @@ class StreamAdmin(AdminClient):
         return self._controller_client
 
     async def _close_controller(self) -> None:
+        self._controller_closed = True
         if self._controller_client is not None:
             await self._controller_client.close()
 
@@ -248,6 +253,8 @@ class StreamAdmin(AdminClient):
             newKeyRanges=[pb.ScaleRequest.KeyRangeEntry(start=a, end=b) for a, b in new_ranges],
         )
         reply = await c.call("scale", req)
+        if reply.status != pb.ScaleResponse.STARTED:  # PRECONDITION_FAILED is also "no stream"
+            await c.require_stream(scope, name, f"scale stream {stream!r}")
         c.check(reply, f"scale stream {stream!r}", ("STARTED",))
         return c.ranges(pb.SegmentRanges(segmentRanges=reply.segments))
 

@@ -4,7 +4,11 @@ Contract: one ``grpc.aio`` channel per :class:`ControllerClient`, opened on firs
 method sends one RPC with the client's request timeout and returns plain Python values
 (ids, ranges, cuts), never protobuf messages. A status other than success raises the
 SDK error that names it (:class:`StreamError` and subclasses); an unreachable controller
-raises :class:`ConnectFailed`, a timed-out call :class:`Timeout`. ``grpcio`` is needed
+raises :class:`ConnectFailed` (at once when it never answered; once it has, a call safe
+to repeat is retried for up to the timeout first), a timed-out call :class:`Timeout`, any
+call after ``close`` :class:`ClientClosed`. A missing scope or stream raises
+:class:`NoSuchStream` from every call (an empty answer is checked with checkStreamExists
+before it is trusted). ``grpcio`` is needed
 (the ``streams`` extra); without it the first call raises one clear error naming the extra.
 A ``tls://`` controller gets a TLS channel verified with ``tls_ca_file`` (or the system's
 CAs); with ``credentials`` every call carries the HTTP ``authorization`` header the
@@ -14,16 +18,42 @@ refusal (UNAUTHENTICATED, PERMISSION_DENIED) raises :class:`AuthenticationFailed
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..auth import authorization_header
 from ..connection import Endpoint
-from ..errors import AuthenticationFailed, ConnectFailed, SegmentStoreError, Timeout
+from ..errors import (
+    AuthenticationFailed,
+    ClientClosed,
+    ConnectFailed,
+    SegmentStoreError,
+    Timeout,
+)
 from .routing import KeyRange
 
 _EXTRA = "streams need grpcio and protobuf: pip install 'segmentstore[streams]'"
+# Calls that may be repeated without changing the outcome (reads; commit, abort and ping
+# of a transaction are idempotent); creating, scaling, sealing... are never retried.
+_RETRIED = frozenset(
+    {
+        "getCurrentSegments", "getEpochSegments", "getSegmentsImmediatelyFollowing",
+        "getSegments", "getSegmentsBetween", "checkStreamExists", "checkScopeExists",
+        "getStreamConfiguration", "listScopes", "listStreamsInScope", "isStreamCutValid",
+        "checkTransactionState", "commitTransaction", "abortTransaction", "pingTransaction",
+        "getURI", "getDelegationToken",
+    }
+)  # fmt: skip
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
+# gRPC's own reconnect backoff grows to 120 s; keep it near ours so a controller that
+# comes back is seen within a second.
+_CHANNEL = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
 
 
 class StreamError(SegmentStoreError):
@@ -94,8 +124,12 @@ class ControllerClient:
         self._stub: Any = None
         self.pb: Any = None
         self._grpc: Any = None
+        self._closed = False
+        self._reached = False  # the controller has answered once: retry when it goes away
 
     def _ensure(self) -> Any:
+        if self._closed:
+            raise ClientClosed(f"the controller client of {self.uri} is closed")
         if self._stub is None:
             grpc, pb, pb_grpc = _modules()
             endpoint = Endpoint.parse(self.uri)
@@ -107,41 +141,65 @@ class ControllerClient:
                 except OSError as e:
                     raise ConnectFailed(f"cannot read the CA bundle {self._ca_file}: {e}") from e
                 creds = grpc.ssl_channel_credentials(root)
-                self._channel = grpc.aio.secure_channel(target, creds)
+                self._channel = grpc.aio.secure_channel(target, creds, options=_CHANNEL)
             else:
-                self._channel = grpc.aio.insecure_channel(target)
+                self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL)
             self._stub = pb_grpc.ControllerServiceStub(self._channel)
         return self._stub
 
     async def close(self) -> None:
+        """Close the channel; every later call raises ClientClosed."""
+        self._closed = True
         if self._channel is not None:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
 
     async def call(self, method: str, request: Any) -> Any:
-        stub = self._ensure()
-        try:
-            return await getattr(stub, method)(
-                request, timeout=self.timeout, metadata=self._metadata
+        """One RPC. Once the controller has answered, a call safe to repeat (``_RETRIED``)
+        that finds it unreachable is retried with backoff for up to ``timeout`` seconds,
+        then raises ConnectFailed; before that (a wrong address) it fails at once."""
+        loop = asyncio.get_running_loop()
+        deadline = 0.0
+        delay = _RETRY_FIRST_S
+        while True:  # bounded: the deadline below, or the first answer or error
+            stub = self._ensure()
+            try:
+                reply = await getattr(stub, method)(
+                    request, timeout=self.timeout, metadata=self._metadata
+                )
+            except self._grpc.aio.AioRpcError as e:
+                unavailable = e.code() == self._grpc.StatusCode.UNAVAILABLE
+                if not (unavailable and self._reached and method in _RETRIED):
+                    raise self._error(method, e) from None
+                now = loop.time()
+                deadline = deadline or now + self.timeout
+                if now + delay >= deadline:
+                    raise ConnectFailed(
+                        f"controller {self.uri} unreachable for {self.timeout:g} s ({method}): "
+                        f"{e.details()}"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+                continue
+            self._reached = True
+            return reply
+
+    def _error(self, method: str, e: Any) -> SegmentStoreError:
+        code = e.code()
+        if code == self._grpc.StatusCode.DEADLINE_EXCEEDED:
+            return Timeout(f"controller {self.uri}: {method} timed out")
+        if code == self._grpc.StatusCode.UNAVAILABLE:
+            return ConnectFailed(f"controller {self.uri} unreachable ({method}): {e.details()}")
+        if code in (
+            self._grpc.StatusCode.UNAUTHENTICATED,
+            self._grpc.StatusCode.PERMISSION_DENIED,
+        ):
+            return AuthenticationFailed(
+                f"controller {self.uri} refused {method}: {e.details()}", ""
             )
-        except self._grpc.aio.AioRpcError as e:
-            code = e.code()
-            if code == self._grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise Timeout(f"controller {self.uri}: {method} timed out") from None
-            if code == self._grpc.StatusCode.UNAVAILABLE:
-                raise ConnectFailed(
-                    f"controller {self.uri} unreachable ({method}): {e.details()}"
-                ) from None
-            if code in (
-                self._grpc.StatusCode.UNAUTHENTICATED,
-                self._grpc.StatusCode.PERMISSION_DENIED,
-            ):
-                raise AuthenticationFailed(
-                    f"controller {self.uri} refused {method}: {e.details()}", ""
-                ) from None
-            if code == self._grpc.StatusCode.NOT_FOUND:
-                raise NoSuchStream(f"{method}: {e.details()}", "NOT_FOUND") from None
-            raise StreamError(f"{method}: {code.name}: {e.details()}", code.name) from None
+        if code == self._grpc.StatusCode.NOT_FOUND:
+            return NoSuchStream(f"{method}: {e.details()}", "NOT_FOUND")
+        return StreamError(f"{method}: {code.name}: {e.details()}", code.name)
 
     def messages(self) -> Any:
         """The generated protobuf message module (importing grpc on first use)."""
@@ -171,19 +229,41 @@ class ControllerClient:
     def ranges(reply: Any) -> list[KeyRange]:
         return [KeyRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in reply.segmentRanges]
 
+    async def require_stream(self, scope: str, stream: str, what: str) -> None:
+        """Raise :class:`NoSuchStream` (status ``SCOPE_NOT_FOUND`` or ``STREAM_NOT_FOUND``)
+        unless ``scope/stream`` exists: the check behind a reply that cannot tell a missing
+        stream from an empty answer (a sealed stream has no current segments)."""
+        if (await self.call("checkStreamExists", self.info(scope, stream))).exists:
+            return
+        scope_info = self.messages().ScopeInfo(scope=scope)
+        found = (await self.call("checkScopeExists", scope_info)).exists
+        status = "STREAM_NOT_FOUND" if found else "SCOPE_NOT_FOUND"
+        raise NoSuchStream(f"{what}: {status}: {scope}/{stream}", status)
+
     async def current_segments(self, scope: str, stream: str) -> list[KeyRange]:
-        """The active segments; empty when the stream is sealed."""
-        return self.ranges(await self.call("getCurrentSegments", self.info(scope, stream)))
+        """The active segments; empty when the stream is sealed, NoSuchStream if missing."""
+        ranges = self.ranges(await self.call("getCurrentSegments", self.info(scope, stream)))
+        if not ranges:
+            await self.require_stream(scope, stream, "getCurrentSegments")
+        return ranges
 
     async def epoch_segments(self, scope: str, stream: str, epoch: int) -> list[KeyRange]:
+        """The segments of ``epoch``; StreamError INVALID_ARGUMENT past the last epoch."""
         req = self.messages().GetEpochSegmentsRequest(
             streamInfo=self.info(scope, stream), epoch=epoch
         )
-        return self.ranges(await self.call("getEpochSegments", req))
+        try:
+            return self.ranges(await self.call("getEpochSegments", req))
+        except StreamError as e:
+            if e.status == "INVALID_ARGUMENT":  # also the controller's answer for no stream
+                await self.require_stream(scope, stream, "getEpochSegments")
+            raise
 
     async def successors(self, scope: str, stream: str, segment: int) -> list[Successor]:
         req = self.messages().SegmentId(streamInfo=self.info(scope, stream), segmentId=segment)
         reply = await self.call("getSegmentsImmediatelyFollowing", req)
+        if not reply.segments:  # none: the segment is current, or the stream sealed or gone
+            await self.require_stream(scope, stream, "getSegmentsImmediatelyFollowing")
         return [
             Successor(
                 KeyRange(e.segment.segmentId.segmentId, e.segment.minKey, e.segment.maxKey),

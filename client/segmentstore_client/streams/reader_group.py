@@ -102,7 +102,21 @@ class ReaderGroup:
         return out
 
     async def open(self) -> ReaderGroup:
-        """Create the group's state unless it exists (an existing group keeps its state)."""
+        """Create the group's state unless it exists (an existing group keeps its state);
+        NoSuchStream, and nothing made, when one of a new group's streams is missing."""
+        try:
+            if await self.table.get(_KEY) is not None:
+                return self
+        except NoSuchSegment:
+            pass  # no table yet
+        named = set(self.streams)
+        if isinstance(self._start, StreamCut):
+            named.add(self._start.stream)
+        elif not isinstance(self._start, str):
+            self._start = list(self._start)
+            named.update(c.stream for c in self._start)
+        for stream in sorted(named):
+            await self._client.controller.require_stream(*split_stream(stream), "reader group")
         await self.table.create(exist_ok=True)
         if await self.table.get(_KEY) is None:
             state = gs.new_state(await self._start_positions(self._start))

@@ -78,17 +78,22 @@ def key_bytes(key: str) -> bytes:
 
 
 _CACHE: dict[str, float] = {}
-_CACHE_LIMIT = 1 << 16
+CACHE_LIMIT = 1 << 16  # keys memoised (here and per stream writer) before the memo is reset
+CACHED_KEY_CHARS = 1024  # longer keys are hashed each time: the memo stays small in bytes
 
 
 def key_hash(key: str) -> float:
-    """The routing key's position in [0, 1), the official clients' choice (memoised)."""
+    """The routing key's position in [0, 1), the official clients' choice (memoised);
+    TypeError for a key that is not a str."""
     h = _CACHE.get(key)
     if h is None:
+        if not isinstance(key, str):
+            raise TypeError(f"a routing key is a str, not {type(key).__name__}")
         h = ((murmur3_x64_128(key_bytes(key), _SEED)[0] >> 12) & _MANTISSA) * _SCALE
-        if len(_CACHE) >= _CACHE_LIMIT:
-            _CACHE.clear()
-        _CACHE[key] = h
+        if len(key) <= CACHED_KEY_CHARS:
+            if len(_CACHE) >= CACHE_LIMIT:
+                _CACHE.clear()
+            _CACHE[key] = h
     return h
 
 

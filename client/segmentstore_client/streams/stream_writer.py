@@ -42,9 +42,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NoSuchSegment, SegmentSealed, WriterClosed
+from ..protocol.events import MAX_EVENT_SIZE
 from ..writer import Ack, EventWriter
+from ..writer_blocks import event_too_large
 from .controller_client import StreamError, segment_name, split_stream
-from .routing import KeyRange, KeyRanges, key_hash
+from .routing import CACHE_LIMIT, CACHED_KEY_CHARS, KeyRange, KeyRanges, key_hash
 from .transaction import Transaction
 
 if TYPE_CHECKING:
@@ -233,6 +235,11 @@ class StreamWriter:
         keys = [None] * len(data) if routing_keys is None else list(routing_keys)
         if len(keys) != len(data):
             raise ValueError(f"{len(data)} events but {len(keys)} routing keys")
+        # Before routing: one oversized event must not leave the others half written
+        # (the segments' writers would refuse it only after other segments took theirs).
+        largest = max(map(len, data), default=0)
+        if largest > MAX_EVENT_SIZE:
+            raise event_too_large(largest)
         ticket = _Ticket()
         async with self._lock:
             self._check()
@@ -256,7 +263,11 @@ class StreamWriter:
             else:
                 sid = cache.get(k, -1)
                 if sid < 0:
-                    sid = cache[k] = route(key_hash(k))
+                    sid = route(key_hash(k))
+                    if len(k) <= CACHED_KEY_CHARS:  # bounded: distinct keys are unbounded
+                        if len(cache) >= CACHE_LIMIT:
+                            cache.clear()
+                        cache[k] = sid
             g = groups.get(sid)
             if g is None:
                 g = groups[sid] = ([], [])
