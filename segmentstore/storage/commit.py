@@ -2,15 +2,16 @@
 # durable batches to the committed state.
 #
 # Contract. One writer task (``_writer_loop``) takes everything queued, hands it to the log
-# thread as ONE write (+ ONE fdatasync in fsync mode "always") and, when that returns,
-# applies the whole batch to the committed state in log order: lengths, attributes, read
-# cache, waiters, then the futures. Only one batch is on its way to disk at a time, so the
+# thread as ONE write (+ ONE fdatasync in fsync mode "always") and, when that returns (in
+# the log thread's eventfd callback, ``_written``), applies the whole batch to the committed
+# state in log order: lengths, attributes, read cache, waiters, then the futures. Only one batch is on its way to disk at a time, so the
 # committed state is always a prefix of the log. If the write fails, that batch and
 # everything queued behind it fail with StorageUnavailable, pending state is rolled back to
 # committed and sequence numbers restart after the last durable record.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -30,42 +31,21 @@ log = logging.getLogger("segmentstore.storage")
 
 class CommitLoop(StorageWriter):
     async def _writer_loop(self) -> None:
-        """Group commit, pipelined: batch N+1 goes to the log thread before N is applied.
+        """Group commit: one batch at a time to the log thread, applied as soon as it is durable.
 
-        So the disk is busy while the loop applies the previous batch and completes its
-        futures. Only one batch is ever on its way to disk, and a batch is applied only
+        The batch is applied by ``_written``, which the log thread's eventfd callback runs
+        (log_thread.py): acks leave one loop turn sooner than if this task, woken by the
+        future, applied it (the loop would poll and handle its sockets in between). This
+        task resumes after that and sends the next batch, which meanwhile took in whatever
+        arrived. Only one batch is ever on its way to disk, and a batch is applied only
         after every earlier one, so the committed state stays a prefix of the log.
         """
         loop = self._loop
-        durable: tuple[list[Queued], int, int, int, float] | None = None
         perf = time.perf_counter
-        observe = STAGES.observe
         while True:
-            write: asyncio.Future[tuple[float, float, float, float]] | None = None
-            taken: tuple[list[Queued], int] | None = None
             # Memory bound: committed data waits in the cache until it is in chunk files, so
             # stop committing (acks wait) while too much of it is unflushed.
-            if self._ops and self._unflushed <= self._max_unflushed:
-                ops = self._ops
-                parts = self._parts
-                if self._buf:
-                    parts.append(self._buf)
-                first = self._batch_first_seq
-                self._ops = []
-                self._parts = []
-                self._buf = bytearray()
-                self._batch_first_seq = self._next_seq
-                if parts:
-                    write = self._log_thread.run(
-                        timed_write, self._wal.write_batch, parts, first, perf()
-                    )
-                taken = (ops, self._next_seq - 1)
-            if durable is not None:
-                t0 = perf()
-                self._commit(*durable)
-                observe("apply", perf() - t0)
-                durable = None
-            if taken is None:
+            if not self._ops or self._unflushed > self._max_unflushed:
                 if self._ops:  # over the unflushed limit
                     if not await self._flush():
                         # Disk full or failing: nothing leaves memory, so nothing more may
@@ -79,24 +59,52 @@ class CommitLoop(StorageWriter):
                     await self._wake
                     self._wake = None
                 continue
-            ops, last = taken
-            sync_s = 0.0
-            if write is None:  # only duplicates waiting for earlier records
-                last = self._committed_seq
-            else:
-                try:
-                    sync_s, handoff_in, write_s, done_at = await write
-                    observe("handoff_out", perf() - done_at)
-                    observe("handoff_in", handoff_in)
-                    observe("log_write", write_s)
-                    observe("fdatasync", sync_s)
-                except Exception as exc:
-                    if not isinstance(exc, OSError):
-                        log.exception("%s: unexpected error writing the log", self.label)
-                    self._fail_all(ops, f"log write failed: {exc}")
-                    continue
-            # Read now, while the log thread is idle: consistent with ``last``.
-            durable = (ops, last, self._wal.current_index, self._wal.bytes_written, sync_s)
+            ops = self._ops
+            parts = self._parts
+            if self._buf:
+                parts.append(self._buf)
+            first = self._batch_first_seq
+            last = self._next_seq - 1
+            self._ops = []
+            self._parts = []
+            self._buf = bytearray()
+            self._batch_first_seq = self._next_seq
+            if not parts:  # only duplicates waiting for earlier records: all applied now
+                self._commit(ops, self._committed_seq, *self._log_position(), 0.0)
+                continue
+            write = self._log_thread.run(
+                timed_write,
+                self._wal.write_batch,
+                parts,
+                first,
+                perf(),
+                then=functools.partial(self._written, ops, last),
+            )
+            try:
+                await write
+            except Exception as exc:
+                if not isinstance(exc, OSError):
+                    log.exception("%s: unexpected error writing the log", self.label)
+                self._fail_all(ops, f"log write failed: {exc}")
+
+    def _log_position(self) -> tuple[int, int]:
+        return self._wal.current_index, self._wal.bytes_written
+
+    def _written(self, ops: list[Queued], last: int, timing: tuple[float, ...]) -> None:
+        """On the loop, in the log thread's eventfd callback: the batch ``ops`` is durable.
+
+        The log thread has no other write in hand (one batch at a time), so the log's
+        position read here is the one just after this batch."""
+        perf = time.perf_counter
+        observe = STAGES.observe
+        sync_s, handoff_in, write_s, done_at = timing
+        t0 = perf()
+        observe("handoff_out", t0 - done_at)
+        observe("handoff_in", handoff_in)
+        observe("log_write", write_s)
+        observe("fdatasync", sync_s)
+        self._commit(ops, last, *self._log_position(), sync_s)
+        observe("apply", perf() - t0)
 
     def _commit(
         self,
