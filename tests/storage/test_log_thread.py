@@ -136,3 +136,51 @@ async def test_a_durable_batch_is_applied_inside_the_eventfd_callback(tmp_path: 
         assert done_in_drain.count(True) == 5, done_in_drain
     finally:
         await s.close()
+
+
+async def test_the_next_batch_goes_to_the_log_inside_the_eventfd_callback(
+    tmp_path: Path,
+) -> None:
+    """What queued while a batch was on its way to disk is sent to the log thread from
+    the callback that applies that batch, not a loop turn later from the writer task."""
+    s = await SegmentStore.open(small_config(tmp_path))
+    try:
+        await s.create_segment("a/b")
+        lt = s._containers[0]._log_thread
+        loop = asyncio.get_running_loop()
+        in_drain = [False]
+        sent: list[bool] = []  # per log-thread job: submitted inside a drain?
+        real_run = lt.run
+
+        def spy_run(*args: Any, **kw: Any) -> Any:
+            sent.append(in_drain[0])
+            return real_run(*args, **kw)
+
+        def spy_drain() -> None:
+            in_drain[0] = True
+            try:
+                lt._drain()
+            finally:
+                in_drain[0] = False
+
+        lt.run = spy_run  # type: ignore[method-assign]
+        loop.remove_reader(lt._rfd)
+        loop.add_reader(lt._rfd, spy_drain)
+        try:
+            for _ in range(5):
+                sent.clear()
+                first = s.append("a/b", b"1" * 10)
+                for _ in range(100):
+                    if sent:
+                        break
+                    await asyncio.sleep(0)
+                assert sent == [False]  # the writer task sent it (nothing was on its way)
+                second = s.append("a/b", b"2" * 10)  # queued while the first is on its way
+                await asyncio.wait_for(asyncio.gather(first, second), 10)
+                assert sent == [False, True]
+        finally:
+            loop.remove_reader(lt._rfd)
+            loop.add_reader(lt._rfd, lt._drain)
+            del lt.run
+    finally:
+        await s.close()
