@@ -6,7 +6,10 @@
 # File names are ``<segment id hex>.<k hex>`` (never the segment's name, which may hold any
 # character). Writes are not synced; ``sync`` makes a set of files durable and is called by
 # the checkpointer before it records the lengths it relies on. Every method does blocking I/O
-# and runs in a worker thread, never on the event loop.
+# and runs in a worker thread, never on the event loop. Writes go through descriptors kept
+# open between flushes (chunk_fds.py, bounded); ``delete`` closes a chunk's before the
+# unlink and ``close`` closes them all. Writes, syncs and deletes must not run at once
+# (the container's flush lock); reads open their own descriptors.
 #
 # Direct I/O. Where the filesystem allows it (and ``chunk_bytes`` is a multiple of 4 KiB),
 # chunk files are written and read with O_DIRECT through a per-thread, page-aligned staging
