@@ -34,6 +34,8 @@ Each round also sends --big-events (default 1000) events of 64 KiB through each 
 batch API (this store: SDK ``write_many``, and the raw protocol with pre-framed blocks as
 ``scripts/bench_client.py`` does, for the SDK's share of it; NATS: 64 publishes in flight;
 Redis: pipelines of 64 XADD) and reports MB/s to the last ack, same durability per system.
+This store's SDK and raw runs share a server and alternate which goes first by round (the
+second of a pair meets the first one's chunk flush and checkpoint).
     .venv/bin/python scripts/bench_peers.py --rounds 3 --events 500 --only segmentstore,redis
 """
 
@@ -385,8 +387,11 @@ async def write_big(sys_: System, name: str, payloads: list[bytes]) -> float:
         await r.aclose()
 
 
-def big_round(sys_: System, n: int) -> None:
-    """One 64 KiB throughput sample for sys_ (and the raw protocol for this store)."""
+def big_round(sys_: System, n: int, sdk_first: bool = False) -> None:
+    """One 64 KiB throughput sample for sys_ (and the raw protocol for this store).
+
+    ``sdk_first``: this store's SDK run goes before the raw one (alternate it by round:
+    the second run of a pair meets the first one's chunk flush and checkpoint)."""
     payloads = [os.urandom(16) * (BIG // 16) for _ in range(min(n, 64))]
     payloads = (payloads * (n // len(payloads) + 1))[:n]
     mb = n * BIG / 1e6
@@ -396,9 +401,13 @@ def big_round(sys_: System, n: int) -> None:
         _prepare_segment(sys_.address, name)
         raw_name = name.replace("/0", "-raw/0")
         _prepare_segment(sys_.address, raw_name)
+        if sdk_first:
+            sys_.big_mbps.append(mb / asyncio.run(write_big(sys_, name, payloads)))
         raw_s = asyncio.run(raw_write(sys_.address, raw_name, payloads))
         sys_.raw_mbps.append(mb / raw_s)
         sys_.raw_framed_mbps.append(mb / (raw_s + framing_seconds(payloads)))
+        if sdk_first:
+            return
     elif sys_.kind == "nats":
         asyncio.run(_prepare_nats(sys_.address, name))
     sys_.big_mbps.append(mb / asyncio.run(write_big(sys_, name, payloads)))
@@ -647,7 +656,7 @@ def main() -> None:
                     print(f"round {r + 1}, {s.label}: {e}", file=sys.stderr)
                 if args.big_events and not s.background_segments:
                     try:
-                        big_round(s, args.big_events)
+                        big_round(s, args.big_events, sdk_first=r % 2 == 1)
                     except Exception as e:
                         print(f"round {r + 1}, {s.label}, 64 KiB: {e}", file=sys.stderr)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)

@@ -57,9 +57,14 @@ def pwrite_all(fd: int, data: bytes | memoryview, at: int) -> None:
 def write_entries(chunk: Path, trailer: int, first_block: int, entries: bytes) -> None:
     fd = os.open(chunk, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        pwrite_all(fd, entries, trailer + first_block * ENTRY.size)
+        write_entries_fd(fd, trailer, first_block, entries)
     finally:
         os.close(fd)
+
+
+def write_entries_fd(fd: int, trailer: int, first_block: int, entries: bytes) -> None:
+    """``write_entries`` through an open (buffered) descriptor of the chunk file."""
+    pwrite_all(fd, entries, trailer + first_block * ENTRY.size)
 
 
 def read_entries(chunk: Path, trailer: int, first_block: int, count: int) -> bytes:
@@ -78,10 +83,17 @@ def trailer_end(trailer: int, length: int) -> int:
     return trailer + -(-length // BLOCK) * ENTRY.size
 
 
-def check(chunk: Path, trailer: int, first_block: int, data: bytes, need: int) -> None:
-    """Verify ``data`` (blocks from ``first_block`` on, as read) for its first ``need`` bytes."""
+def check(
+    chunk: Path, trailer: int, first_block: int, data: bytes, need: int, fd: int = -1
+) -> None:
+    """Verify ``data`` (blocks from ``first_block`` on, as read) for its first ``need`` bytes.
+
+    ``fd``: an open descriptor of ``chunk`` to read the entries through (else it is opened)."""
     count = -(-need // BLOCK)
-    entries = read_entries(chunk, trailer, first_block, count)
+    if fd >= 0:
+        entries = os.pread(fd, count * ENTRY.size, trailer + first_block * ENTRY.size)
+    else:
+        entries = read_entries(chunk, trailer, first_block, count)
     unpack = ENTRY.unpack_from
     for i in range(count):
         at = i * BLOCK

@@ -6,7 +6,10 @@
 # File names are ``<segment id hex>.<k hex>`` (never the segment's name, which may hold any
 # character). Writes are not synced; ``sync`` makes a set of files durable and is called by
 # the checkpointer before it records the lengths it relies on. Every method does blocking I/O
-# and runs in a worker thread, never on the event loop.
+# and runs in a worker thread, never on the event loop. Writes go through descriptors kept
+# open between flushes (chunk_fds.py, bounded); ``delete`` closes a chunk's before the
+# unlink and ``close`` closes them all. Writes, syncs and deletes must not run at once
+# (the container's flush lock); reads open their own descriptors.
 #
 # Direct I/O. Where the filesystem allows it (and ``chunk_bytes`` is a multiple of 4 KiB),
 # chunk files are written and read with O_DIRECT through a per-thread, page-aligned staging
@@ -35,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from . import chunk_sums as sums
+from .chunk_fds import ChunkFds, default_max_files
 from .chunk_sums import ChunkDamaged
 from .wal import FaultHook, fsync_dir
 
@@ -75,11 +79,15 @@ class ChunkStore:
         self._want_direct = direct_io and chunk_bytes % ALIGN == 0
         self.direct = False  # decided by ``open`` once the directory exists
         self._local = threading.local()
+        # Descriptors for writes, kept open between flushes (chunk_fds.py).
+        self.fds = ChunkFds(self.path, 0, default_max_files())
 
     def open(self) -> None:
         """Create the directory and decide between direct and buffered I/O."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.direct = self._want_direct and _direct_supported(self.dir)
+        self.fds.close_all()
+        self.fds = ChunkFds(self.path, _O_DIRECT if self.direct else 0, self.fds.max_files)
         if self.direct:
             how = "direct I/O (O_DIRECT)"
         elif self._want_direct:
@@ -126,18 +134,16 @@ class ChunkStore:
             self._hook("chunk.write")
             path = self.path(seg_id, k)
             touched.add((seg_id, k))
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                lo = in_file - in_file % sums.BLOCK
-                head = os.pread(fd, in_file - lo, lo) if lo < in_file else b""
-                if head:
-                    sums.check(path, cb, lo // sums.BLOCK, head, in_file - lo)
-                sums.pwrite_all(fd, memoryview(data)[done : done + n], in_file)
-            finally:
-                os.close(fd)
+            fd = self.fds.data(seg_id, k)
+            lo = in_file - in_file % sums.BLOCK
+            head = os.pread(fd, in_file - lo, lo) if lo < in_file else b""
+            if head:
+                sums_fd = self.fds.sums(seg_id, k)
+                sums.check(path, cb, lo // sums.BLOCK, head, in_file - lo, sums_fd)
+            sums.pwrite_all(fd, memoryview(data)[done : done + n], in_file)
             block = head + data[done : done + n]
             entries = sums.block_entries(block, 0, len(block))
-            sums.write_entries(path, cb, lo // sums.BLOCK, entries)
+            sums.write_entries_fd(self.fds.sums(seg_id, k), cb, lo // sums.BLOCK, entries)
             done += n
             pos += n
         return touched
@@ -152,39 +158,36 @@ class ChunkStore:
         # The staging buffer holds bytes [base, base + filled) of the segment; base is aligned.
         base = offset - offset % ALIGN
         filled = 0
-        try:
-            if base < offset:
-                k = base // cb
-                got = os.preadv(w.fd_for(k), [stage[:ALIGN]], base - k * cb)
-                if got < offset - base:
-                    raise ChunkDamaged(
-                        self.path(seg_id, k), f"lacks segment bytes [{base + got}, {offset})"
-                    )
-                filled = offset - base
-                sums.check(
-                    self.path(seg_id, k), cb, (base - k * cb) // ALIGN, stage_mm[:filled], filled
+        if base < offset:
+            k = base // cb
+            got = os.preadv(w.fd_for(k), [stage[:ALIGN]], base - k * cb)
+            if got < offset - base:
+                raise ChunkDamaged(
+                    self.path(seg_id, k), f"lacks segment bytes [{base + got}, {offset})"
                 )
-            for piece in pieces:
-                view = memoryview(piece).cast("B")
-                done = 0
-                while done < len(view):
-                    # Fill the buffer up to its end or the chunk file's, whichever is nearer
-                    # (both aligned), and write it out when full.
-                    cap = min(_STAGING, (base // cb + 1) * cb - base)
-                    n = min(cap - filled, len(view) - done)
-                    stage[filled : filled + n] = view[done : done + n]
-                    filled += n
-                    done += n
-                    if filled == cap:
-                        w.write(stage[:filled], base, filled)
-                        base += filled
-                        filled = 0
-            if filled:
-                padded = -(-filled // ALIGN) * ALIGN
-                stage[filled:padded] = bytes(padded - filled)
-                w.write(stage[:padded], base, filled)
-        finally:
-            w.close()
+            filled = offset - base
+            block = (base - k * cb) // ALIGN
+            sums_fd = self.fds.sums(seg_id, k)
+            sums.check(self.path(seg_id, k), cb, block, stage_mm[:filled], filled, sums_fd)
+        for piece in pieces:
+            view = memoryview(piece).cast("B")
+            done = 0
+            while done < len(view):
+                # Fill the buffer up to its end or the chunk file's, whichever is nearer
+                # (both aligned), and write it out when full.
+                cap = min(_STAGING, (base // cb + 1) * cb - base)
+                n = min(cap - filled, len(view) - done)
+                stage[filled : filled + n] = view[done : done + n]
+                filled += n
+                done += n
+                if filled == cap:
+                    w.write(stage[:filled], base, filled)
+                    base += filled
+                    filled = 0
+        if filled:
+            padded = -(-filled // ALIGN) * ALIGN
+            stage[filled:padded] = bytes(padded - filled)
+            w.write(stage[:padded], base, filled)
         return w.touched
 
     # ------------------------------------------------------------------ reads
@@ -260,7 +263,12 @@ class ChunkStore:
     def delete(self, seg_id: int, first_k: int, last_k: int) -> None:
         """Remove chunk files ``first_k..last_k`` (inclusive) of a segment, if present."""
         for k in range(first_k, last_k + 1):
+            self.fds.forget(seg_id, k)
             self.path(seg_id, k).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Close the descriptors kept for writes (the store stays usable: they reopen)."""
+        self.fds.close_all()
 
     def verify(self, seg_id: int, start: int, end: int, read: bool = True) -> list[tuple[int, str]]:
         """Problems of the chunk files holding bytes ``[start, end)``: (chunk, what).
@@ -325,11 +333,8 @@ class _DirectWriter:
 
     def fd_for(self, k: int) -> int:
         if k != self.k:
-            self.close()
             self.store._hook("chunk.write")
-            self.fd = os.open(
-                self.store.path(self.seg_id, k), os.O_RDWR | os.O_CREAT | _O_DIRECT, 0o644
-            )
+            self.fd = self.store.fds.data(self.seg_id, k)
             self.k = k
             self.touched.add((self.seg_id, k))
         return self.fd
@@ -348,11 +353,5 @@ class _DirectWriter:
                 raise OSError(errno.EIO, f"short direct write ({n} of {len(view)} bytes)")
             view = view[n:]
             pos += n
-        path = self.store.path(self.seg_id, k)
-        sums.write_entries(path, cb, (seg_pos - k * cb) // ALIGN, entries)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-            self.k = -1
+        sums_fd = self.store.fds.sums(self.seg_id, k)
+        sums.write_entries_fd(sums_fd, cb, (seg_pos - k * cb) // ALIGN, entries)

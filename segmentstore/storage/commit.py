@@ -2,15 +2,16 @@
 # durable batches to the committed state.
 #
 # Contract. One writer task (``_writer_loop``) takes everything queued, hands it to the log
-# thread as ONE write (+ ONE fdatasync in fsync mode "always") and, when that returns,
-# applies the whole batch to the committed state in log order: lengths, attributes, read
-# cache, waiters, then the futures. Only one batch is on its way to disk at a time, so the
+# thread as ONE write (+ ONE fdatasync in fsync mode "always") and, when that returns (in
+# the log thread's eventfd callback, ``_written``), applies the whole batch to the committed
+# state in log order: lengths, attributes, read cache, waiters, then the futures. Only one batch is on its way to disk at a time, so the
 # committed state is always a prefix of the log. If the write fails, that batch and
 # everything queued behind it fail with StorageUnavailable, pending state is rolled back to
 # committed and sequence numbers restart after the last durable record.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -30,43 +31,25 @@ log = logging.getLogger("segmentstore.storage")
 
 class CommitLoop(StorageWriter):
     async def _writer_loop(self) -> None:
-        """Group commit, pipelined: batch N+1 goes to the log thread before N is applied.
+        """Group commit: one batch at a time to the log thread, applied as soon as it is durable.
 
-        So the disk is busy while the loop applies the previous batch and completes its
-        futures. Only one batch is ever on its way to disk, and a batch is applied only
-        after every earlier one, so the committed state stays a prefix of the log.
+        ``_written`` runs in the log thread's eventfd callback (log_thread.py) when a batch
+        is durable: it sends the next batch (whatever arrived meanwhile) to the log thread
+        at once, then applies the durable one. So the disk never waits for a loop turn, and
+        acks are queued before the loop polls its sockets again. This task only starts a
+        batch when none is on its way (after a wait, or the memory bound) and reports a
+        failed write. Only one batch is ever on its way to disk, and a batch is applied
+        only after every earlier one, so the committed state stays a prefix of the log.
         """
         loop = self._loop
-        durable: tuple[list[Queued], int, int, int, float] | None = None
-        perf = time.perf_counter
-        observe = STAGES.observe
         while True:
-            write: asyncio.Future[tuple[float, float, float, float]] | None = None
-            taken: tuple[list[Queued], int] | None = None
-            # Memory bound: committed data waits in the cache until it is in chunk files, so
-            # stop committing (acks wait) while too much of it is unflushed.
-            if self._ops and self._unflushed <= self._max_unflushed:
-                ops = self._ops
-                parts = self._parts
-                if self._buf:
-                    parts.append(self._buf)
-                first = self._batch_first_seq
-                self._ops = []
-                self._parts = []
-                self._buf = bytearray()
-                self._batch_first_seq = self._next_seq
-                if parts:
-                    write = self._log_thread.run(
-                        timed_write, self._wal.write_batch, parts, first, perf()
-                    )
-                taken = (ops, self._next_seq - 1)
-            if durable is not None:
-                t0 = perf()
-                self._commit(*durable)
-                observe("apply", perf() - t0)
-                durable = None
-            if taken is None:
-                if self._ops:  # over the unflushed limit
+            sent = self._in_log
+            if sent is None:
+                # Memory bound: committed data waits in the cache until it is in chunk
+                # files, so stop committing (acks wait) while too much of it is unflushed.
+                if self._ops and self._unflushed <= self._max_unflushed:
+                    self._send_batch()
+                elif self._ops:  # over the unflushed limit
                     if not await self._flush():
                         # Disk full or failing: nothing leaves memory, so nothing more may
                         # come in. Fail what waits (retriable) rather than grow without bound.
@@ -79,24 +62,70 @@ class CommitLoop(StorageWriter):
                     await self._wake
                     self._wake = None
                 continue
-            ops, last = taken
-            sync_s = 0.0
-            if write is None:  # only duplicates waiting for earlier records
-                last = self._committed_seq
-            else:
-                try:
-                    sync_s, handoff_in, write_s, done_at = await write
-                    observe("handoff_out", perf() - done_at)
-                    observe("handoff_in", handoff_in)
-                    observe("log_write", write_s)
-                    observe("fdatasync", sync_s)
-                except Exception as exc:
-                    if not isinstance(exc, OSError):
-                        log.exception("%s: unexpected error writing the log", self.label)
-                    self._fail_all(ops, f"log write failed: {exc}")
-                    continue
-            # Read now, while the log thread is idle: consistent with ``last``.
-            durable = (ops, last, self._wal.current_index, self._wal.bytes_written, sync_s)
+            write, ops = sent
+            try:
+                await write
+            except Exception as exc:
+                # A failed batch has no successor (``_written`` sends the next one only
+                # after a success), so it is still the one on its way.
+                self._in_log = None
+                if not isinstance(exc, OSError):
+                    log.exception("%s: unexpected error writing the log", self.label)
+                self._fail_all(ops, f"log write failed: {exc}")
+
+    def _send_batch(self) -> None:
+        """Hand everything queued to the log thread as one write (``_in_log``); a batch of
+        duplicates only (nothing to write) is applied at once instead."""
+        ops = self._ops
+        parts = self._parts
+        if self._buf:
+            parts.append(self._buf)
+        first = self._batch_first_seq
+        last = self._next_seq - 1
+        self._ops = []
+        self._parts = []
+        self._buf = bytearray()
+        self._batch_first_seq = self._next_seq
+        if not parts:  # only duplicates waiting for earlier records, all applied by now
+            self._commit(ops, self._committed_seq, *self._log_position(), 0.0)
+            return
+        write = self._log_thread.run(
+            timed_write,
+            self._wal.write_batch,
+            parts,
+            first,
+            time.perf_counter(),
+            then=functools.partial(self._written, ops, last),
+        )
+        self._in_log = (write, ops)
+
+    def _log_position(self) -> tuple[int, int]:
+        return self._wal.current_index, self._wal.bytes_written
+
+    def _written(self, ops: list[Queued], last: int, timing: tuple[float, ...]) -> None:
+        """On the loop, in the log thread's eventfd callback: the batch ``ops`` is durable.
+
+        The log thread has no other write in hand (one batch at a time), so the log's
+        position read first is the one just after this batch; then the next batch goes
+        out, then this one is applied (the disk works while the loop applies)."""
+        perf = time.perf_counter
+        observe = STAGES.observe
+        sync_s, handoff_in, write_s, done_at = timing
+        t0 = perf()
+        observe("handoff_out", t0 - done_at)
+        observe("handoff_in", handoff_in)
+        observe("log_write", write_s)
+        observe("fdatasync", sync_s)
+        position = self._log_position()
+        self._in_log = None
+        # Something to write, within the memory bound: send it now. Otherwise (nothing,
+        # duplicates only, over the bound) the writer task, woken by this batch's future,
+        # decides.
+        if (self._parts or self._buf) and self._unflushed <= self._max_unflushed:
+            self._send_batch()
+        t1 = perf()
+        self._commit(ops, last, *position, sync_s)
+        observe("apply", perf() - t1)
 
     def _commit(
         self,

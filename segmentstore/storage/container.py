@@ -91,6 +91,7 @@ class SegmentContainer(ContainerReads):
         except BaseException:
             self._log_thread.shutdown()
             self._io_exec.shutdown()
+            self._chunks.close()
             raise
         self._segments = rec.segments
         self._next_seq = self._batch_first_seq = rec.next_seq
@@ -165,6 +166,7 @@ class SegmentContainer(ContainerReads):
             )
             self._log_thread.shutdown()
             self._io_exec.shutdown()
+            self._chunks.close()
             self._closed = True
             for seg in self._segments.values():
                 seg.wake_waiters(True)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from . import records as R
 from .api import (
@@ -95,6 +96,8 @@ class ContainerState:
         self._ops: list[Queued] = []
         self._merged = 0  # bytes merged in the batch being applied (commit.py)
         self._wake: asyncio.Future[None] | None = None
+        # The batch on its way to the log thread: (its future, its operations) (commit.py).
+        self._in_log: tuple[asyncio.Future[Any], list[Queued]] | None = None
         self._closing = False
         self._closed = False
 

@@ -11,10 +11,15 @@
 # The way in is a ``queue.SimpleQueue`` (C code: a put wakes the thread without the loop
 # giving up the GIL). Where ``os.eventfd`` is missing (not Linux) a pipe does the same job.
 # ``shutdown()`` runs on the loop after the last job: it stops the thread and closes the fd.
+# ``run(fn, *args, then=cb)``: ``cb(value)`` runs inside that drain, on the loop, before the
+# future completes, when the job succeeded: the commit loop applies a durable batch there,
+# one loop turn before a task awaiting the future would run (and before the loop polls its
+# sockets again). If ``cb`` raises, the error is logged and becomes the future's.
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -25,8 +30,11 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_Job = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
-_Done = tuple["asyncio.Future[Any]", BaseException | None, Any]
+_Then = Callable[[Any], None] | None
+_Job = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], _Then]
+_Done = tuple["asyncio.Future[Any]", BaseException | None, Any, _Then]
+
+log = logging.getLogger("segmentstore.storage")
 
 
 class LogThread:
@@ -47,12 +55,15 @@ class LogThread:
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """Queue ``fn(*args)`` for the log thread; the future completes on the loop."""
+    def run(
+        self, fn: Callable[..., T], *args: Any, then: Callable[[T], None] | None = None
+    ) -> asyncio.Future[T]:
+        """Queue ``fn(*args)`` for the log thread; the future completes on the loop
+        (after ``then(result)``, run as soon as the loop sees the job done)."""
         if self._stopped:
             raise RuntimeError("log thread is shut down")
         fut: asyncio.Future[T] = self._loop.create_future()
-        self._jobs.put((fut, fn, args))
+        self._jobs.put((fut, fn, args, then))
         return fut
 
     def _work(self) -> None:
@@ -64,11 +75,11 @@ class LogThread:
             job = get()
             if job is None:
                 return
-            fut, fn, args = job
+            fut, fn, args, then = job
             try:
-                item: _Done = (fut, None, fn(*args))
+                item: _Done = (fut, None, fn(*args), then)
             except Exception as exc:
-                item = (fut, exc, None)
+                item = (fut, exc, None, None)
             done.append(item)
             with contextlib.suppress(OSError):  # fd closed at shutdown: nobody is waiting
                 os.write(wfd, signal)
@@ -78,7 +89,13 @@ class LogThread:
             os.read(self._rfd, 4096)
         done = self._done
         while done:
-            fut, exc, value = done.popleft()
+            fut, exc, value, then = done.popleft()
+            if then is not None:
+                try:
+                    then(value)
+                except Exception as err:
+                    log.exception("log thread: completion callback failed")
+                    exc = err
             if fut.cancelled():
                 continue
             if exc is not None:

@@ -7,10 +7,15 @@ import asyncio
 import os
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from segmentstore.storage import SegmentStore
 from segmentstore.storage.log_thread import LogThread
+
+from .conftest import small_config
 
 
 async def test_jobs_run_in_order_on_one_thread() -> None:
@@ -76,3 +81,106 @@ async def test_cancelled_future_is_skipped_and_shutdown_closes_the_fd() -> None:
         os.fstat(fd)
     with pytest.raises(RuntimeError, match="shut down"):
         lt.run(lambda: None)
+
+
+async def test_then_runs_inside_the_drain_before_the_future_completes() -> None:
+    lt = LogThread(asyncio.get_running_loop(), "test-log")
+    seen: list[tuple[str, object]] = []
+    try:
+        fut = lt.run(lambda: 5, then=lambda v: seen.append(("then", v)))
+        fut.add_done_callback(lambda f: seen.append(("future", f.result())))
+        assert await asyncio.wait_for(fut, 10) == 5
+        await asyncio.sleep(0)
+        assert seen == [("then", 5), ("future", 5)]
+
+        def boom(_: object) -> None:
+            raise ValueError("callback broke")
+
+        with pytest.raises(ValueError, match="callback broke"):
+            await asyncio.wait_for(lt.run(lambda: 1, then=boom), 10)
+        # A failed job skips ``then``; the error still reaches the future.
+        called: list[object] = []
+        with pytest.raises(ZeroDivisionError):
+            await asyncio.wait_for(lt.run(lambda: 1 / 0, then=called.append), 10)
+        assert called == []
+    finally:
+        lt.shutdown()
+
+
+async def test_a_durable_batch_is_applied_inside_the_eventfd_callback(tmp_path: Path) -> None:
+    """The commit loop applies a batch (its append futures complete) in the log thread's
+    eventfd callback, not one loop turn later in the writer task: so acks are queued before
+    the loop polls its sockets again."""
+    s = await SegmentStore.open(small_config(tmp_path))
+    try:
+        await s.create_segment("a/b")
+        lt = s._containers[0]._log_thread
+        loop = asyncio.get_running_loop()
+        pending: list[asyncio.Future[Any]] = []
+        done_in_drain: list[bool] = []
+
+        def spy() -> None:
+            before = [f.done() for f in pending]
+            lt._drain()
+            done_in_drain.extend(
+                not was and f.done() for was, f in zip(before, pending, strict=True)
+            )
+
+        loop.remove_reader(lt._rfd)
+        loop.add_reader(lt._rfd, spy)
+        for i in range(5):
+            pending[:] = [s.append("a/b", b"x" * (i + 1))]
+            await asyncio.wait_for(pending[0], 10)
+        loop.remove_reader(lt._rfd)
+        loop.add_reader(lt._rfd, lt._drain)
+        assert done_in_drain.count(True) == 5, done_in_drain
+    finally:
+        await s.close()
+
+
+async def test_the_next_batch_goes_to_the_log_inside_the_eventfd_callback(
+    tmp_path: Path,
+) -> None:
+    """What queued while a batch was on its way to disk is sent to the log thread from
+    the callback that applies that batch, not a loop turn later from the writer task."""
+    s = await SegmentStore.open(small_config(tmp_path))
+    try:
+        await s.create_segment("a/b")
+        lt = s._containers[0]._log_thread
+        loop = asyncio.get_running_loop()
+        in_drain = [False]
+        sent: list[bool] = []  # per log-thread job: submitted inside a drain?
+        real_run = lt.run
+
+        def spy_run(*args: Any, **kw: Any) -> Any:
+            sent.append(in_drain[0])
+            return real_run(*args, **kw)
+
+        def spy_drain() -> None:
+            in_drain[0] = True
+            try:
+                lt._drain()
+            finally:
+                in_drain[0] = False
+
+        lt.run = spy_run  # type: ignore[method-assign]
+        loop.remove_reader(lt._rfd)
+        loop.add_reader(lt._rfd, spy_drain)
+        try:
+            for _ in range(5):
+                sent.clear()
+                first = s.append("a/b", b"1" * 10)
+                for _ in range(100):
+                    if sent:
+                        break
+                    await asyncio.sleep(0)
+                assert sent == [False]  # the writer task sent it (nothing was on its way)
+                second = s.append("a/b", b"2" * 10)  # queued while the first is on its way
+                await asyncio.wait_for(asyncio.gather(first, second), 10)
+                assert sent == [False, True]
+        finally:
+            loop.remove_reader(lt._rfd)
+            loop.add_reader(lt._rfd, lt._drain)
+            del lt.run
+    finally:
+        await s.close()
