@@ -81,7 +81,10 @@ def test_routing_key_write_reads_back_exactly_in_key_order(
     spark: Any, ep: dict[str, str], admin: sync.SyncClient
 ) -> None:
     stream = new_stream(admin, 4)
-    write(spark, ep, stream, keyed(spark, 0, ROWS), routingKeyColumn="key")
+    # 50 rows per event: each task's 200 keyless rows make 4 events on random segments, 12 in
+    # all, so "spread over more than one segment" fails by chance with odds of 4 ** -11 (with
+    # 2,000 rows per event it was 3 events, and 1 run in 16 failed).
+    write(spark, ep, stream, keyed(spark, 0, ROWS), routingKeyColumn="key", rowsPerEvent="50")
 
     rows = read(spark, ep, stream, offsetColumns="true", minPartitions="1").load()
     got = rows.select("_stream", "_segment", "_offset", "id", "key").collect()
