@@ -19,6 +19,7 @@ records before it, in the same positions as ``"raise"``.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -133,7 +134,7 @@ class FormattedWriter:
         await self.writer.__aexit__(exc_type, exc, tb)
 
 
-class DamageRule:
+class DamageRule(abc.ABC):
     """The part both formatted readers share: ``errors``, the counters, and what a
     decoded batch does to the reader's position (module docstring). A subclass gives
     ``_segment``, ``_offset`` and ``_seek`` of its event reader."""
@@ -149,14 +150,17 @@ class DamageRule:
         self.skipped = 0
         self.last_damage = None
 
+    @abc.abstractmethod
     def _segment(self) -> str:
-        raise NotImplementedError
+        """Given by the subclass's event reader."""
 
+    @abc.abstractmethod
     def _offset(self) -> int:
-        raise NotImplementedError
+        """Given by the subclass's event reader."""
 
+    @abc.abstractmethod
     def _seek(self, offset: int) -> None:
-        raise NotImplementedError
+        """Given by the subclass's event reader."""
 
     def _decode(self, fmt: RecordFormat, evs: list[Event]) -> list[Any]:
         return self._take(decode_batch(fmt.decode, self._segment(), evs, self.errors), evs)
