@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 
@@ -17,6 +17,34 @@ from segmentstore.server.launcher import ServerProcess
 # hundreds of them, and zero-filling 64 MiB each cost tens of GB of disk writes per run. Log
 # rolling is exercised more often this way, not less.
 launcher.DEFAULT_ENV.setdefault("SEGMENTSTORE_LOG_FILE_MB", "4")
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _scope(nodeid: str) -> str:
+    """The unit of work of a test under pytest-xdist: its file, or "tests/spark" for every
+    Spark test (one worker starts the one Spark session)."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/spark" if path.startswith("tests/spark/") else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``scripts/test`` runs the suite on two pytest-xdist workers: a file's tests stay on one
+    worker (its module fixtures are made once), all Spark tests on one."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return ByFile(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Spark tests first: they are the longest unit of work, and the other worker takes
+    the rest meanwhile (xdist hands out units in collection order)."""
+    items.sort(key=lambda item: _scope(item.nodeid) != "tests/spark")
 
 
 class ServerFactory(Protocol):

@@ -22,6 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from segmentstore_client.protocol import SegmentRead, block_end, frame_event
 from server.wire import WireClient, event_payload, next_id, parse_events, unique
 
@@ -60,6 +61,7 @@ async def good_client(
         return latencies, n
 
 
+@pytest.mark.serial  # timing bounds: scripts/test runs it alone
 async def test_thousand_hostile_connections(tmp_path: Path) -> None:
     seconds = float(os.environ.get("SEGMENTSTORE_TEST_HOSTILE_SECONDS", "15"))
     env = {

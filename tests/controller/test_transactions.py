@@ -68,6 +68,7 @@ def _create_txn(stub: Any, scope: str, stream: str, lease: int) -> Any:
     )
 
 
+@pytest.mark.serial  # timing bounds: scripts/test runs it alone
 def test_lease_expiry_aborts_and_ping_keeps_alive(ctl: Ctl) -> None:
     stub = ctl.stub()
     create_stream(stub, "l", "s", 2)

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+import pytest
 from segmentstore_client.protocol import (
     DeleteSegment,
     ReadSegment,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from conftest import ServerFactory, ServerProcess  # tests/conftest.py
 
 
+@pytest.mark.serial  # timing bounds: scripts/test runs it alone
 async def test_tail_read_is_answered_as_soon_as_data_lands(module_server: ServerProcess) -> None:
     host, port = module_server.host, module_server.port
     name = unique()

@@ -63,9 +63,14 @@ def test_million_rows_round_trip(spark: Any, endpoint: str, seg: str) -> None:
     back = _read(spark, endpoint, seg, partition_bytes=str((4 << 20) * n // 1_000_000))
     assert back.schema == df.schema
     assert back.rdd.getNumPartitions() > 1  # one large segment, split into offset ranges
-    assert back.count() == n
-    assert back.exceptAll(df).count() == 0
-    assert df.exceptAll(back).count() == 0
+    # Every row back, each once, every value as written: a fingerprint of the whole contents
+    # (two exceptAll shuffles cost 20-60 s of the suite on two cores).
+    assert _fingerprint(back) == _fingerprint(df) and _fingerprint(df)[0] == n
+
+
+def _fingerprint(df: Any) -> tuple[int, int, int]:
+    row = df.selectExpr("count(*)", "count(distinct id)", "sum(hash(*))").first()
+    return (row[0], row[1], row[2])
 
 
 def test_task_retry_resumes_without_duplicates_or_gaps(

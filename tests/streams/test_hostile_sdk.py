@@ -194,6 +194,7 @@ class Proxy:
         self._links -= {writer, up_writer}
 
 
+@pytest.mark.serial  # timing bounds: scripts/test runs it alone
 async def test_controller_gone_mid_run(ctl: Ctl) -> None:
     """The writer meets a scale while its controller is unreachable: it retries within its
     timeout and, once the controller is back, resends in order with nothing lost; when the
