@@ -25,6 +25,7 @@ connection stops reading its socket until the log catches up (resumes at half).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import time
@@ -126,6 +127,7 @@ class Appends:
         self.inflight_limit = conn.server.config.connection_inflight_bytes
         self.budget = conn.server.inflight_budget
         self.paused = False  # reading paused until enough appends are durable
+        self.context = contextvars.copy_context()
 
     def setup(self, command: SetupAppend) -> None:
         conn = self.conn
@@ -244,7 +246,9 @@ class Appends:
         ):
             self.paused = True  # the socket pauses when the dispatch loop ends (process)
         state.queue.append((future, append, time.perf_counter()))
-        future.add_done_callback(state.drain)
+        # One context for every done-callback of this connection (a callback otherwise
+        # copies the current one: one more object per append for the collector to trace).
+        future.add_done_callback(state.drain, context=self.context)
 
     def _drain(self, state: WriterState, _: object = None) -> None:
         """Handle the writer's finished appends from the head of its queue, in order."""

@@ -12,6 +12,8 @@ The live paths are in test_append_session.py, test_harness_appends.py, test_disk
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
 import uuid
 from typing import Any
 
@@ -108,3 +110,26 @@ async def test_a_stored_append_after_its_sessions_failure_is_not_acknowledged() 
     assert ack.current_segment_write_offset == 12
     assert error.request_id == 12 and "I/O error" in error.message
     assert appends.inflight_bytes == 0 and conn.server.inflight_budget.used == 0
+
+
+def contexts() -> int:
+    return sum(1 for o in gc.get_objects() if type(o) is contextvars.Context)
+
+
+async def test_pending_appends_hold_no_context_each() -> None:
+    """Every done-callback of a connection's appends runs in one context: a copied context
+    per append would be one more object per append for the collector to trace."""
+    conn = Conn(asyncio.get_running_loop())
+    appends = Appends(conn)  # type: ignore[arg-type]
+    w = uuid.uuid4()
+    appends.setup(SetupAppend(1, w, "seg"))
+    before = contexts()
+    for n in range(1, 201):
+        appends.block_end(block_end(w, frame_event(b"e"), 1, n, n))
+    assert len(conn.store.futures) == 200
+    assert contexts() - before < 10
+    for i, future in enumerate(conn.store.futures):
+        future.set_result(AppendResult(i + 1))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(conn.sent) == 201  # AppendSetup + 200 acks
