@@ -211,8 +211,17 @@ class Connection(asyncio.Protocol):
         transport drains (``resume_writing``), a task ends, or our own queue is flushed.
         """
         backlog = self._backlog
+        out_budget = self._out_budget
         while backlog and not self.closed:
-            if self._output_full() or len(self._tasks) >= self._max_pending:
+            # _output_full() only when one of its conditions may hold (the common case
+            # costs three comparisons, not a call per command)
+            if (
+                self._paused_writes
+                or self._out_bytes + self._reserved > self._high
+                or out_budget.used > out_budget.limit
+            ) and self._output_full():
+                break
+            if len(self._tasks) >= self._max_pending:
                 break
             command = backlog.popleft()
             try:

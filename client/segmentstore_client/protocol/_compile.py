@@ -27,7 +27,7 @@ from collections.abc import Callable, Container
 from typing import Any
 
 from . import _fields
-from .primitives import HEADER, I32, I64
+from .primitives import _UUID_CACHE, HEADER, I32, I64
 
 Encoder = Callable[[Any], bytes]
 Decoder = Callable[[memoryview, bool], Any]
@@ -77,6 +77,7 @@ def compile_command(
         "I64": I64,
         "F": _fields,
         "_uuid": _fields.uuid_from_bytes,
+        "UC": _UUID_CACHE,
         "_wstr": _fields.encode_str,
     }
     return (
@@ -188,8 +189,8 @@ def _gen_decoder(
             lines.append(f"    {', '.join(targets)}, = D{ri}.unpack_from(mv, p)")
             lines.append(f"    p += {s.size}")
             for i in idxs:
-                if kinds[i] == "uuid":
-                    lines.append(f"    v{i} = _uuid(v{i})")
+                if kinds[i] == "uuid":  # writer ids repeat: the cache first, no call
+                    lines.append(f"    v{i} = UC.get(v{i}) or _uuid(v{i})")
             continue
         i = idxs[0]
         if kind == "bytes":  # inline: i32 length + that many bytes (F.read_bytes)
