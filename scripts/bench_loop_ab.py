@@ -9,11 +9,18 @@ on the loop are meant to lower; the ack percentiles come from bench_latency's ow
 
     .venv/bin/python scripts/bench_loop_ab.py --other /tmp/main-ab --rounds 3 \\
         --events 1000 --active 100
+
+``--calls`` counts instead (a count, not a timing: the machine's load does not move it):
+the Python function calls the event loop's thread makes per append, under cProfile, with
+the server's real ``Connection`` and store driven in memory (``tests/server/harness.py``
+of each checkout, fsync=never, plain asyncio): 100 writers on one connection, each read
+carrying one AppendBlockEnd per writer, 20 reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import statistics
@@ -100,16 +107,76 @@ def one_run(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
+async def count_calls(tree: Path) -> float:
+    """Python calls on the loop per append (run inside a child with ``tree`` on the path)."""
+    import cProfile
+    import pstats
+    import tempfile
+    import uuid
+
+    sys.path.insert(0, str(tree))
+    from segmentstore_client.protocol import (
+        CreateSegment,
+        SetupAppend,
+        block_end,
+        encode,
+        frame_event,
+    )
+
+    from tests.server.harness import harness
+
+    with tempfile.TemporaryDirectory(prefix="bench-loop-calls-") as d:
+        async with harness(Path(d)) as h:
+            peer = h.connect()
+            writers = [uuid.uuid4() for _ in range(100)]
+            peer.send(*(CreateSegment(i, f"s{i}", 0, 0) for i in range(100)))
+            await peer.until(lambda: len(peer.received) >= 101, "created")
+            peer.send(*(SetupAppend(1000 + i, w, f"s{i}") for i, w in enumerate(writers)))
+            await peer.until(lambda: len(peer.received) >= 201, "set up")
+            event = frame_event(b"x" * 100)
+            reads = [
+                b"".join(encode(block_end(w, event, 1, k, k)) for w in writers)
+                for k in range(1, 21)
+            ]
+            prof = cProfile.Profile()
+            prof.enable()
+            for read in reads:
+                want = len(peer.received) + 100
+                peer.send_raw(read)
+                await peer.until(lambda want=want: len(peer.received) >= want, "acks", turns=1)
+            prof.disable()
+    calls = sum(v[1] for v in pstats.Stats(prof).stats.values())  # type: ignore[attr-defined]
+    return calls / (100 * len(reads))
+
+
+def compare_calls(trees: dict[str, Path]) -> None:
+    for name, tree in trees.items():
+        env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'client'}")
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--count-calls-in", str(tree)]
+        out = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True)
+        print(f"{name:<5} {float(out.stdout):6.1f} Python calls on the loop per append")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--other", type=Path, required=True, help="the checkout to compare with")
+    p.add_argument("--other", type=Path, help="the checkout to compare with")
+    p.add_argument("--calls", action="store_true", help="count calls per append (see above)")
+    p.add_argument("--count-calls-in", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--events", type=int, default=1000)
     p.add_argument("--active", type=int, default=100)
     p.add_argument("--settle", type=float, default=3.0, help="seconds before the window")
     p.add_argument("--window", type=float, default=5.0, help="seconds of CPU measured")
     args = p.parse_args()
+    if args.count_calls_in is not None:
+        print(asyncio.run(count_calls(args.count_calls_in)))
+        return
+    if args.other is None:
+        p.error("--other is required")
     trees = {"this": ROOT, "other": args.other.resolve()}
+    if args.calls:
+        compare_calls(trees)
+        return
     results: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
     for r in range(args.rounds):
         for name, tree in trees.items():
