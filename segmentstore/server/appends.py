@@ -99,11 +99,10 @@ class WriterState:
         self.wid = writer.bytes  # for the acks (UUID.bytes is computed on every access)
         self.session = Session.OPEN
         self.setup = last  # the event number AppendSetup returned: durable before we began
-        self.last_stored = last  # highest event number submitted to the store
+        self.last_stored = last  # highest event number submitted to the store (>= setup)
         self.last_acked = last  # highest event number acknowledged
         self.queue: deque[tuple[asyncio.Future[AppendResult], Append, float]] = deque()
         # Done-callback of every append future of this writer (one object, made once).
-        # The session is OPEN from its SetupAppend on: last_stored >= setup always.
         self.drain: Callable[[object], None] = functools.partial(on_done, self)
 
     @property
