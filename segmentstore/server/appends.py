@@ -11,6 +11,12 @@ appends are handled from the head of its queue only, so acknowledgements and the
 that ends a session leave in submission order even though the store fails a doomed append
 (e.g. on a sealed segment) at once, while earlier ones are still on their way to disk.
 
+Hot path (issue 19): an end-only AppendBlockEnd (what the SDK sends for every append) in
+the common case (an open session, an event number above all stored) goes to the store in
+one call (``block_end``) and its ack is packed straight from the numbers
+(``data_appended_frame``); every other case takes the general path (``data``), so the
+outcome of any frame is the same either way.
+
 Backpressure: the bytes of appends not yet durable are charged to the connection (bound
 ``connection_inflight_bytes``) and to the store-wide inflight budget; over either, the
 connection stops reading its socket until the log catches up (resumes at half).
@@ -19,6 +25,7 @@ connection stops reading its socket until the log catches up (resumes at half).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import time
@@ -36,13 +43,13 @@ from segmentstore_client.protocol import (
     ConditionalAppend,
     ConditionalBlockEnd,
     ConditionalCheckFailed,
-    DataAppended,
     ErrorMessage,
     InvalidEventNumber,
     NoSuchSegment,
     OperationUnsupported,
     SegmentIsSealed,
     SetupAppend,
+    data_appended_frame,
     encode,
 )
 
@@ -64,19 +71,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("segmentstore.server")
 
+_OPEN = Session.OPEN  # in OPEN, DATA -> (OPEN, STORE) and STORED -> (OPEN, ACK): the hot path
+
 
 class WriterState:
     """One writer's append session on this connection (reference 7.6)."""
 
-    __slots__ = ("drain", "last_acked", "last_stored", "queue", "segment", "session", "setup")
+    __slots__ = (
+        "drain",
+        "last_acked",
+        "last_stored",
+        "queue",
+        "segment",
+        "session",
+        "setup",
+        "wid",
+    )
 
     def __init__(
-        self, segment: str, last: int, on_done: Callable[[WriterState, object], None]
+        self,
+        segment: str,
+        writer: uuid.UUID,
+        last: int,
+        on_done: Callable[[WriterState, object], None],
     ) -> None:
         self.segment = segment
+        self.wid = writer.bytes  # for the acks (UUID.bytes is computed on every access)
         self.session = Session.OPEN
         self.setup = last  # the event number AppendSetup returned: durable before we began
-        self.last_stored = last  # highest event number submitted to the store
+        self.last_stored = last  # highest event number submitted to the store (>= setup)
         self.last_acked = last  # highest event number acknowledged
         self.queue: deque[tuple[asyncio.Future[AppendResult], Append, float]] = deque()
         # Done-callback of every append future of this writer (one object, made once).
@@ -103,6 +126,7 @@ class Appends:
         self.inflight_limit = conn.server.config.connection_inflight_bytes
         self.budget = conn.server.inflight_budget
         self.paused = False  # reading paused until enough appends are durable
+        self.context = contextvars.copy_context()
 
     def setup(self, command: SetupAppend) -> None:
         conn = self.conn
@@ -123,8 +147,36 @@ class Appends:
             conn.reply(OperationUnsupported(command.request_id, "appending to a table segment", ""))
             return
         step(previous, Event.SETUP)
-        self.writers[writer] = WriterState(segment, last, self._drain)
+        self.writers[writer] = WriterState(segment, writer, last, self._drain)
         conn.send(encode(AppendSetup(command.request_id, segment, writer, last)))
+
+    def block_end(self, end: AppendBlockEnd) -> None:
+        """An AppendBlockEnd. The common case skips what cannot apply to it: with no block
+        open, an open session and an event number above all stored, ``precheck`` passes,
+        ``classify`` says DATA and the table says (OPEN, STORE)."""
+        state = self.writers.get(end.writer_id)
+        number = end.last_event_number
+        assembler = self.conn.assembler
+        if (
+            state is None
+            or state.session is not _OPEN
+            or number <= state.last_stored
+            or assembler.block_open
+        ):
+            self.data(end)
+            return
+        append = assembler.end_only(end)
+        if state.segment != append.segment:
+            raise RemoteProtocolError(f"data for writer {end.writer_id} with no append session")
+        state.last_stored = number
+        self._store(state, append)
+
+    def data(self, command: Command) -> None:
+        """Any append data command (the general path)."""
+        if self.precheck(command):
+            append = self.conn.assembler.feed(command)
+            if append is not None:
+                self.append(append)
 
     def precheck(self, command: Command) -> bool:
         """Before the assembler sees a data command: an event number going back below one
@@ -164,16 +216,26 @@ class Appends:
         if action is Action.ACK_WITHOUT_STORING:
             future: asyncio.Future[AppendResult] = self.conn.loop.create_future()
             future.set_result(AppendResult(self.store.info(append.segment).length, True))
+            self._track(state, append, future)
         else:
             state.last_stored = number
-            future = self.store.append(
-                append.segment,
-                append.data,
-                writer_id=append.writer_id,
-                event_number=number,
-                event_count=append.event_count,
-                expected_offset=append.expected_offset,
-            )
+            self._store(state, append)
+
+    def _store(self, state: WriterState, append: Append) -> None:
+        future = self.store.append(
+            append.segment,
+            append.data,
+            writer_id=append.writer_id,
+            event_number=append.event_number,
+            event_count=append.event_count,
+            expected_offset=append.expected_offset,
+        )
+        self._track(state, append, future)
+
+    def _track(
+        self, state: WriterState, append: Append, future: asyncio.Future[AppendResult]
+    ) -> None:
+        """Charge the append's bytes, queue it behind the writer's earlier ones."""
         size = len(append.data)
         self.inflight_bytes += size
         self.budget.charge(size)
@@ -183,7 +245,9 @@ class Appends:
         ):
             self.paused = True  # the socket pauses when the dispatch loop ends (process)
         state.queue.append((future, append, time.perf_counter()))
-        future.add_done_callback(state.drain)
+        # One context for every done-callback of this connection (a callback otherwise
+        # copies the current one: one more object per append for the collector to trace).
+        future.add_done_callback(state.drain, context=self.context)
 
     def _drain(self, state: WriterState, _: object = None) -> None:
         """Handle the writer's finished appends from the head of its queue, in order."""
@@ -228,7 +292,7 @@ class Appends:
             m.events += append.event_count
             m.append_bytes += len(append.data)
         m.append_latency.observe(time.perf_counter() - started)
-        if state.step(Event.STORED) is Action.DROP:
+        if state.session is not _OPEN and state.step(Event.STORED) is Action.DROP:
             return
         number = append.event_number
         if number > state.last_acked:
@@ -237,8 +301,8 @@ class Appends:
             previous = max(NULL_ATTRIBUTE_VALUE, number - append.event_count)
         else:
             return
-        ack = DataAppended(append.writer_id, number, previous, append.request_id, result.new_length)
-        self.conn.send(encode(ack))
+        rid, offset = append.request_id, result.new_length
+        self.conn.send_frame(data_appended_frame(state.wid, number, previous, rid, offset))
 
     def failed(self, state: WriterState, append: Append, exc: BaseException) -> None:
         conn = self.conn

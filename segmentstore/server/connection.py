@@ -129,6 +129,7 @@ class Connection(asyncio.Protocol):
         self._flush_pending = False
         self._flush_handle: asyncio.Handle | None = None
         self._early = server.early_flush
+        self._out_budget = server.output_budget
         self._tasks: set[asyncio.Task[None]] = set()
         self._paused_writes = False
         self._paused_input = False
@@ -210,8 +211,17 @@ class Connection(asyncio.Protocol):
         transport drains (``resume_writing``), a task ends, or our own queue is flushed.
         """
         backlog = self._backlog
+        out_budget = self._out_budget
         while backlog and not self.closed:
-            if self._output_full() or len(self._tasks) >= self._max_pending:
+            # _output_full() only when one of its conditions may hold (the common case
+            # costs three comparisons, not a call per command)
+            if (
+                self._paused_writes
+                or self._out_bytes + self._reserved > self._high
+                or out_budget.used > out_budget.limit
+            ) and self._output_full():
+                break
+            if len(self._tasks) >= self._max_pending:
                 break
             command = backlog.popleft()
             try:
@@ -258,14 +268,20 @@ class Connection(asyncio.Protocol):
         """Queue a frame (or the pieces of one) for the next write of this loop turn."""
         if self.closed:
             return
-        out = self._out
-        n = 0
-        for part in parts:
-            out.append(part)
-            n += len(part)
+        self._out.extend(parts)
+        self._queued(sum(map(len, parts)))
+
+    def send_frame(self, frame: bytes) -> None:
+        """``send`` of one whole frame (an ack)."""
+        if self.closed:
+            return
+        self._out.append(frame)
+        self._queued(len(frame))
+
+    def _queued(self, n: int) -> None:
         self._out_bytes += n
         self._out_charged += n
-        self.server.output_budget.charge(n)
+        self._out_budget.charge(n)
         if not self._flush_pending:
             self._flush_pending = True
             self._flush_handle = self.loop.call_soon(self._flush)
@@ -387,12 +403,11 @@ class Connection(asyncio.Protocol):
 
     def dispatch(self, command: Command) -> None:
         kind = type(command)
+        if kind is AppendBlockEnd:  # the append the SDK sends: checked first
+            self.appends.block_end(command)  # type: ignore[arg-type]
+            return
         if kind in _APPEND_DATA or self.assembler.block_open:
-            if not self.appends.precheck(command):
-                return
-            append = self.assembler.feed(command)
-            if append is not None:
-                self.appends.append(append)
+            self.appends.data(command)
             return
         self.metrics.requests[kind.__name__] += 1
         refusal: Reply | None = name_refusal(command)

@@ -73,6 +73,7 @@ class Metrics:
         self.commit_batch = Histogram(BATCH_BUCKETS)
         self.store_stats: Callable[[], dict[str, float]] = dict
         self.controller_stats: Callable[[], dict[str, Any]] | None = None  # set when enabled
+        self.gc_pauses: Any = None  # gc_pauses.GcPauses in a server process (run())
 
     def on_commit(self, records: int, fsync_seconds: float) -> None:
         self.commit_batch.observe(records)
@@ -139,6 +140,8 @@ class _Collector:
         ):
             yield HistogramMetricFamily(p + name, doc, buckets=hist.buckets(), sum_value=hist.sum)
         yield from stage_families(p)
+        if m.gc_pauses is not None:
+            yield from m.gc_pauses.families(p)
 
 
 class MetricsPage:

@@ -31,6 +31,7 @@ from .budget import Budget
 from .connection import Connection
 from .context import HandlerTable, ServerContext
 from .early_flush import EarlyFlush
+from .gc_pauses import GcPauses
 from .listing import LISTING_HANDLERS
 from .metrics import Metrics
 from .resources import (
@@ -397,6 +398,12 @@ def _why(e: BaseException) -> str:
 
 async def run(config: ServerConfig) -> None:
     server = await Server.start(config)
+    # This process is a server: time the collector's pauses, and keep what startup made
+    # (recovered metadata included) out of every later collection (gc_pauses.py).
+    pauses = GcPauses()
+    pauses.install()
+    pauses.settle()
+    server.ctx.metrics.gc_pauses = pauses
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_stop)

@@ -306,8 +306,8 @@ def _violations() -> dict[str, tuple[list[uuid.UUID], list[Command]]]:
 VIOLATIONS = _violations()
 
 
-@pytest.mark.parametrize("case", list(VIOLATIONS))
-def test_protocol_violation(case: str) -> None:
+def violation(case: str) -> tuple[AppendAssembler, list[Command], Command]:
+    """An assembler set up for ``case``, the frames before the bad one, the bad one."""
     writers, commands = VIOLATIONS[case]
     a = AppendAssembler()
     for w in writers:
@@ -316,10 +316,49 @@ def test_protocol_violation(case: str) -> None:
         a.setup(W2, SEG)
         a.forget(W2)
     *ok, bad = over_the_wire(commands)
+    return a, ok, bad
+
+
+@pytest.mark.parametrize("case", list(VIOLATIONS))
+def test_protocol_violation(case: str) -> None:
+    a, ok, bad = violation(case)
     for c in ok:
         a.feed(c)
     with pytest.raises(RemoteProtocolError):
         a.feed(bad)
+
+
+END_ONLY_VIOLATIONS = [
+    case
+    for case, (_, commands) in VIOLATIONS.items()
+    if isinstance(commands[-1], AppendBlockEnd)
+    and not any(isinstance(c, AppendBlock) for c in commands)
+]
+
+
+@pytest.mark.parametrize("case", END_ONLY_VIOLATIONS)
+def test_end_only_refuses_what_feed_refuses(case: str) -> None:
+    """The server's one-call path for an end-only AppendBlockEnd (``end_only``) keeps
+    every check of ``feed``."""
+    a, ok, bad = violation(case)
+    for c in ok:
+        a.end_only(c)  # type: ignore[arg-type]
+    assert isinstance(bad, AppendBlockEnd) and not a.block_open
+    with pytest.raises(RemoteProtocolError):
+        a.end_only(bad)
+
+
+def test_end_only_gives_what_feed_gives() -> None:
+    assert len(END_ONLY_VIOLATIONS) >= 6  # before setup, forgotten, numEvents, backwards
+    rec = frame_event(b"e" * 12)
+    fed, one_call = assembler(W, W2), assembler(W, W2)
+    for end in over_the_wire(
+        [block_end(W, rec, 1, 3, 7), block_end(W2, rec + rec, 2, 2, 8), block_end(W, rec, 1, 3, 9)]
+    ):
+        assert isinstance(end, AppendBlockEnd)
+        assert one_call.end_only(end) == fed.feed(end)
+    with pytest.raises(RemoteProtocolError):  # the floor moved in both
+        one_call.end_only(block_end(W, rec, 1, 2, 10))
 
 
 def test_the_same_frames_without_the_violation_are_fine() -> None:

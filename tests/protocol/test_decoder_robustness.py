@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +22,7 @@ from segmentstore_client.protocol import (
     COMMAND_TYPES,
     MAX_PAYLOAD_FROM_SERVER,
     MAX_PAYLOAD_TO_SERVER,
+    AppendBlockEnd,
     Command,
     FrameDecoder,
     Hello,
@@ -229,6 +231,29 @@ def test_malformed_big_frame_poisons() -> None:
         dec.feed(frame[5000:])
     with pytest.raises(MalformedCommand):
         dec.feed(VALID)
+
+
+@pytest.mark.parametrize("length", [-1, -8, -(2**31), 100, 2**31 - 1])
+@pytest.mark.parametrize("view", [False, True], ids=["copied", "view"])
+def test_byte_array_length_outside_the_frame_is_malformed(length: int, view: bool) -> None:
+    """AppendBlockEnd's data length (read inline with the fields before it): negative or
+    past the frame's end is refused, never read as an empty or shifted array."""
+    good = encode(AppendBlockEnd(uuid.UUID(int=7), 4, b"abcd", 1, 1, 9))
+    frame = bytearray(good)
+    frame[28:32] = struct.pack(">i", length)  # 8 header + 16 writer + 4 sizeOfWholeEvents
+    assert decode(good) == AppendBlockEnd(uuid.UUID(int=7), 4, b"abcd", 1, 1, 9)
+    with pytest.raises(MalformedCommand):
+        decode(bytes(frame))
+    dec = FrameDecoder(big_frame_threshold=16 if view else 64 * 1024)
+    with pytest.raises(MalformedCommand):
+        dec.feed(bytes(frame[:20]))
+        dec.feed(bytes(frame[20:]))
+    # SegmentRead: the array is the last mandatory field (only an optional one follows).
+    good = encode(SegmentRead("s", 0, True, False, b"abcd", 3))
+    frame = bytearray(good)
+    frame[21:25] = struct.pack(">i", length)  # 8 header + 3 name + 8 offset + 2 flags
+    with pytest.raises(MalformedCommand):
+        decode(bytes(frame))
 
 
 def test_incomplete_frames_just_wait() -> None:

@@ -81,6 +81,15 @@ def test_classify() -> None:
     assert classify(0, setup_value=NULL_ATTRIBUTE_VALUE, last_stored=NULL_ATTRIBUTE_VALUE) is E.DATA
 
 
+def test_what_the_hot_path_takes_for_granted() -> None:
+    """``Appends.block_end`` and ``Appends.appended`` skip ``classify`` and ``step`` for an
+    open session: that is only right while the table and classify say so."""
+    assert step(S.OPEN, E.DATA) == (S.OPEN, A.STORE)
+    assert step(S.OPEN, E.STORED) == (S.OPEN, A.ACK)
+    for setup, stored in ((3, 3), (3, 7), (NULL_ATTRIBUTE_VALUE, NULL_ATTRIBUTE_VALUE)):
+        assert classify(stored + 1, setup, stored) is E.DATA
+
+
 def event(n: int) -> bytes:
     return frame_event(b"event %d" % n)
 

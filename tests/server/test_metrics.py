@@ -110,3 +110,13 @@ async def test_recovery_duration_after_restart(server: ServerProcess) -> None:
     assert m["segmentstore_log_size_bytes"] >= 0
     assert m["segmentstore_open_connections"] == 0
     assert m["segmentstore_appends_total"] == 0  # counters are per process
+
+
+async def test_gc_pauses_and_the_frozen_startup(module_server: ServerProcess) -> None:
+    """The server process freezes what startup made (gc_pauses.py) and times collections:
+    the settling full collection is in generation 2's histogram."""
+    m = await scrape(module_server.http_port)
+    assert m["segmentstore_gc_frozen_objects"] > 10_000  # modules, functions, metadata
+    assert m['segmentstore_gc_pause_seconds_count{generation="2"}'] >= 1
+    for gen in "012":
+        assert f'segmentstore_gc_pause_seconds_bucket{{generation="{gen}",le="+Inf"}}' in m

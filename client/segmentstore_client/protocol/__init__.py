@@ -13,6 +13,7 @@ from .appends import (
     append_block_end_parts,
     block_end,
     build_blocks,
+    data_appended_frame,
 )
 from .codec import (
     MAX_PAYLOAD_FROM_SERVER,
@@ -124,6 +125,7 @@ __all__ = [  # noqa: RUF022
     "append_block_end_parts",
     "block_end",
     "build_blocks",
+    "data_appended_frame",
     "MAX_PAYLOAD_FROM_SERVER",
     "MAX_PAYLOAD_TO_SERVER",
     "MAX_WIRECOMMAND_SIZE",

@@ -27,7 +27,7 @@ from collections.abc import Callable, Container
 from typing import Any
 
 from . import _fields
-from .primitives import HEADER, I32, I64
+from .primitives import _UUID_CACHE, HEADER, I32, I64
 
 Encoder = Callable[[Any], bytes]
 Decoder = Callable[[memoryview, bool], Any]
@@ -77,6 +77,7 @@ def compile_command(
         "I64": I64,
         "F": _fields,
         "_uuid": _fields.uuid_from_bytes,
+        "UC": _UUID_CACHE,
         "_wstr": _fields.encode_str,
     }
     return (
@@ -175,18 +176,33 @@ def _gen_decoder(
     tracks_omitted: bool,
 ) -> Decoder:
     lines = ["def decode(mv, view):", "    p = 0", "    end = len(mv)", "    om = 0"]
-    for ri, (kind, idxs) in enumerate(_runs(kinds)):
+    runs = _runs(kinds)
+    for ri, (kind, idxs) in enumerate(runs):
         if kind == "fixed":
             fmt = ">" + "".join(_FIXED[kinds[i]] for i in idxs)
+            targets = [f"v{i}" for i in idxs]
+            if ri + 1 < len(runs) and runs[ri + 1][0] == "bytes":
+                # The byte array's length prefix is read with the fields before it.
+                fmt += "i"
+                targets.append(f"n{runs[ri + 1][1][0]}")
             ns[f"D{ri}"] = s = struct.Struct(fmt)
-            targets = ", ".join(f"v{i}" for i in idxs)
-            lines.append(f"    {targets}, = D{ri}.unpack_from(mv, p)")
+            lines.append(f"    {', '.join(targets)}, = D{ri}.unpack_from(mv, p)")
             lines.append(f"    p += {s.size}")
             for i in idxs:
-                if kinds[i] == "uuid":
-                    lines.append(f"    v{i} = _uuid(v{i})")
+                if kinds[i] == "uuid":  # writer ids repeat: the cache first, no call
+                    lines.append(f"    v{i} = UC.get(v{i}) or _uuid(v{i})")
             continue
         i = idxs[0]
+        if kind == "bytes":  # inline: i32 length + that many bytes (F.read_bytes)
+            if ri == 0 or runs[ri - 1][0] != "fixed":
+                lines.append(f"    n{i}, = I32.unpack_from(mv, p)")
+                lines.append("    p += 4")
+            lines.append(f"    e = p + n{i}")
+            lines.append(f"    if n{i} < 0 or e > end:")
+            lines.append(f"        raise F.span_error(n{i}, 'byte array')")
+            lines.append(f"    v{i} = mv[p:e] if view else bytes(mv[p:e])")
+            lines.append("    p = e")
+            continue
         if kind in _OPTIONAL_FIXED or kind in ("str?", "caus?"):
             ns[f"dflt{i}"] = defaults[names[i]]
             if kind in _OPTIONAL_FIXED:

@@ -36,10 +36,14 @@ _EMPTY_VALUE: Final = b"\x00\x00\x00\x04\x00\x00\x00\x00"
 _STR_DEC_CACHE: dict[bytes, str] = {}
 
 
+def span_error(n: int, what: str) -> MalformedCommand:
+    return MalformedCommand(f"{what} of {n} bytes runs past the end of the frame")
+
+
 def _span(mv: memoryview, p: int, n: int, what: str) -> int:
     e = p + n
     if n < 0 or e > len(mv):
-        raise MalformedCommand(f"{what} of {n} bytes runs past the end of the frame")
+        raise span_error(n, what)
     return e
 
 

@@ -10,9 +10,10 @@ raises :class:`RemoteProtocolError`.
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -107,6 +108,22 @@ class AppendAssembler:
             command.request_id,
         )
 
+    def end_only(self, end: AppendBlockEnd) -> Append:
+        """``feed(end)`` for an AppendBlockEnd while no block is open (what the SDK and the
+        Rust client send for every append), in one call: the same checks, the same errors.
+        The caller checks :attr:`block_open` first."""
+        w = end.writer_id
+        segment = self._segments.get(w)
+        if segment is None:
+            raise RemoteProtocolError(f"data for writer {w} before its SetupAppend")
+        if end.num_events <= 0:
+            raise RemoteProtocolError(f"AppendBlockEnd with numEvents {end.num_events}")
+        number = end.last_event_number
+        if number < self._floors[w]:
+            raise RemoteProtocolError(f"writer {w}: event number {number} goes backwards")
+        self._floors[w] = number
+        return Append(segment, w, number, end.num_events, end.data, None, end.request_id)
+
     def _segment(self, writer_id: uuid.UUID) -> str:
         segment = self._segments.get(writer_id)
         if segment is None:
@@ -191,6 +208,18 @@ def append_block_end_parts(
     wid = writer_id.bytes if isinstance(writer_id, uuid.UUID) else writer_id
     head = _ABE_HEAD.pack(4, _ABE_FIXED + data_length, wid, data_length, data_length)
     return head, _ABE_TAIL.pack(num_events, last_event_number, request_id)
+
+
+# DataAppended (type 7) with every optional field present: frame header (payload 48
+# bytes), writer id, eventNumber, previousEventNumber, requestId, currentSegmentWriteOffset.
+_DATA_APPENDED: Final = struct.Struct(">ii16sqqqq")
+
+data_appended_frame: Final[Callable[[bytes, int, int, int, int], bytes]] = functools.partial(
+    _DATA_APPENDED.pack, 7, 48
+)
+"""``data_appended_frame(writer_id_bytes, event_number, previous, request_id, offset)``
+equals ``encode(DataAppended(UUID(bytes=writer_id_bytes), event_number, previous,
+request_id, offset))``: a server's ack without the command object (one C call)."""
 
 
 def block_end(
