@@ -65,8 +65,8 @@ def _error(read: Callable[[], Any]) -> str:
 
 
 def test_reads_what_the_sink_wrote_as_columnar_batches(spark: Any, endpoint: str, seg: str) -> None:
-    n = 30_000
-    _write(_six(spark, n), endpoint, seg, rowsPerEvent="2000")  # 16 events
+    n = 20_000
+    _write(_six(spark, n), endpoint, seg, rowsPerEvent="2000")  # 10 events
     df = _jvm(spark, endpoint, seg, partitionBytes="65536")
     plan = _plan(df)
     assert "BatchScan" in plan and "ColumnarToRow" in plan, plan  # Spark reads it columnar
@@ -128,6 +128,14 @@ def test_a_refused_connection_fails_fast(spark: Any) -> None:
     msg = _error(lambda: _jvm(spark, f"tcp://127.0.0.1:{port}", "x/y/0", connectTimeout="2"))
     assert "cannot connect to 127.0.0.1" in msg, msg
     assert time.monotonic() - t0 < 15
+    with socket.socket() as silent:  # accepts (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        ep = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        t0 = time.monotonic()
+        msg = _error(lambda: _jvm(spark, ep, "x/y/0", schema="id BIGINT", timeout="1"))
+        assert "no reply from 127.0.0.1" in msg and "within 1000 ms" in msg, msg
+        assert time.monotonic() - t0 < 15
 
 
 def test_what_only_the_python_source_reads_is_refused(spark: Any, endpoint: str, seg: str) -> None:
@@ -149,3 +157,20 @@ def test_what_only_the_python_source_reads_is_refused(spark: Any, endpoint: str,
     msg = _error(lambda: _jvm(spark, endpoint, seg, schema="id BIGINT", atomicc="true"))
     assert "unknown option 'atomicc'" in msg and "endpoint" in msg, msg
     assert records.FORMAT_VERSION == 1  # the envelope version the Java reader checks
+
+
+def test_jar_build_without_a_jdk_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import zipfile
+
+    from segmentstore_client.spark import jvm
+
+    with zipfile.ZipFile(jar_path()) as z:  # the cached jar registers the short name
+        service = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
+        assert z.read(service).decode().strip() == "io.segmentstore.spark.SegmentStoreJvm"
+    monkeypatch.setenv(jvm.CACHE_ENV, str(tmp_path))  # nothing built here yet
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(JvmBuildError, match=r"needs a Java 17\+ JDK \(javac on PATH"):
+        jar_path()

@@ -25,7 +25,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
   ColumnarReader(ReadOptions o, StructType schema, Planner.Range range) throws IOException {
     this.range = range;
-    this.events = new EventSource(new WireClient(o), range.segment, range.start, range.end);
+    this.events = new EventSource(
+            new WireClient(o), range.segment, range.start, range.end, EventSource.READ_BYTES);
     this.allocator = new RootAllocator(Long.MAX_VALUE);
     this.arrow = new ArrowEvents(allocator, schema);
   }

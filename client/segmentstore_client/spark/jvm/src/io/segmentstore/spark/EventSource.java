@@ -18,7 +18,8 @@ final class EventSource implements Closeable {
   private final WireClient client;
   private final String segment;
   private final long end;
-  private byte[] buf = new byte[READ_BYTES * 2];
+  private final int readBytes;
+  private byte[] buf;
   private int head; // buf[head] is the byte at segment offset pos
   private int tail;
   private long pos;
@@ -32,11 +33,14 @@ final class EventSource implements Closeable {
   int dataOffset;
   int length;
 
-  EventSource(WireClient client, String segment, long start, long end) {
+  /** Reads of {@code readBytes} (at most 2 MiB), more where one event needs more. */
+  EventSource(WireClient client, String segment, long start, long end, int readBytes) {
     this.client = client;
     this.segment = segment;
     this.pos = start;
     this.end = end;
+    this.readBytes = Math.min(readBytes, READ_BYTES);
+    this.buf = new byte[this.readBytes * 2];
   }
 
   byte[] buf() {
@@ -80,17 +84,17 @@ final class EventSource implements Closeable {
         return false;
       }
       if (pendingId < 0) {
-        request(Math.max(READ_BYTES, n - (tail - head)));
+        request(Math.max(readBytes, n - (tail - head)));
       }
       WireClient.Chunk c = client.readReply(segment, pendingId, pendingOffset);
       pendingId = -1;
-      if (c.data.length == 0) {
+      if (c.length == 0) {
         ended = true; // at the tail or the end of a sealed segment
         return false;
       }
-      append(c.data);
+      append(c.frame, c.from, c.length);
       if (pos + (tail - head) < end) {
-        request(READ_BYTES); // prefetch the next piece of the range
+        request(readBytes); // prefetch the next piece of the range
       }
     }
     return true;
@@ -101,17 +105,17 @@ final class EventSource implements Closeable {
     pendingId = client.requestRead(segment, pendingOffset, Math.min(length, READ_BYTES));
   }
 
-  private void append(byte[] data) {
+  private void append(byte[] data, int from, int n) {
     int have = tail - head;
-    if (tail + data.length > buf.length) {
-      byte[] to = have + data.length > buf.length ? new byte[2 * (have + data.length)] : buf;
+    if (tail + n > buf.length) {
+      byte[] to = have + n > buf.length ? new byte[2 * (have + n)] : buf;
       System.arraycopy(buf, head, to, 0, have);
       buf = to;
       head = 0;
       tail = have;
     }
-    System.arraycopy(data, 0, buf, tail, data.length);
-    tail += data.length;
+    System.arraycopy(data, from, buf, tail, n);
+    tail += n;
   }
 
   @Override

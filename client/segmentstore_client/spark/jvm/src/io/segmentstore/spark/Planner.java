@@ -132,7 +132,7 @@ final class Planner {
 
   private static byte[] hop(WireClient c, String seg, long pos) throws IOException {
     long id = c.requestRead(seg, pos, HOP_READ_BYTES);
-    return c.readReply(seg, id, pos).data;
+    return c.readReply(seg, id, pos).bytes();
   }
 
   static UUID uuid5(UUID namespace, String name) {

@@ -63,7 +63,8 @@ public final class SegmentStoreJvm implements TableProvider, DataSourceRegister 
     try (WireClient c = new WireClient(o);
         RootAllocator alloc = new RootAllocator(Long.MAX_VALUE)) {
       for (Planner.Range r : Planner.spans(o, c)) {
-        EventSource events = new EventSource(c, r.segment, r.start, r.end);
+        // Only the first event is needed: small reads, nothing prefetched past it.
+        EventSource events = new EventSource(c, r.segment, r.start, r.start + 1, 64 * 1024);
         if (!events.next()) {
           continue;
         }

@@ -47,18 +47,26 @@ final class WireClient implements Closeable {
     }
   }
 
-  /** One SegmentRead reply: the bytes at {@code offset}. */
+  /** One SegmentRead reply: the bytes at {@code offset}, {@code frame[from, from + length)}. */
   static final class Chunk {
     final long offset;
     final boolean atTail;
     final boolean endOfSegment;
-    final byte[] data;
+    final byte[] frame;
+    final int from;
+    final int length;
 
-    Chunk(long offset, boolean atTail, boolean endOfSegment, byte[] data) {
+    Chunk(long offset, boolean atTail, boolean endOfSegment, byte[] frame, int from, int length) {
       this.offset = offset;
       this.atTail = atTail;
       this.endOfSegment = endOfSegment;
-      this.data = data;
+      this.frame = frame;
+      this.from = from;
+      this.length = length;
+    }
+
+    byte[] bytes() {
+      return java.util.Arrays.copyOfRange(frame, from, from + length);
     }
   }
 
@@ -68,6 +76,7 @@ final class WireClient implements Closeable {
   private final DataInputStream in;
   private final DataOutputStream out;
   private long nextId = 1;
+  private byte[] lastFrame = new byte[0]; // the payload expect() returned last
 
   WireClient(ReadOptions o) throws IOException {
     this.endpoint = o.endpoint();
@@ -159,12 +168,10 @@ final class WireClient implements Closeable {
     if (n < 0 || n > r.available()) {
       throw protocol("a SegmentRead whose data length " + n + " exceeds its frame");
     }
-    byte[] data = new byte[n];
-    r.readFully(data);
     if (at != offset) {
       throw protocol("a SegmentRead at offset " + at + " for a read at " + offset);
     }
-    return new Chunk(at, tail, end, data);
+    return new Chunk(at, tail, end, lastFrame, lastFrame.length - r.available(), n);
   }
 
   private DataInputStream expect(int type, long id, String segment, long offset)
@@ -197,6 +204,7 @@ final class WireClient implements Closeable {
       }
       DataInputStream r = new DataInputStream(new ByteArrayInputStream(body));
       if (t == type) {
+        lastFrame = body;
         return r;
       }
       throw ReplyErrors.of(t, r, segment, offset, endpoint);
