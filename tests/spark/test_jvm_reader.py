@@ -169,8 +169,44 @@ def test_jar_build_without_a_jdk_is_one_clear_error(
     with zipfile.ZipFile(jar_path()) as z:  # the cached jar registers the short name
         service = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
         assert z.read(service).decode().strip() == "io.segmentstore.spark.SegmentStoreJvm"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(jvm.CACHE_ENV, str(blocker))  # a cache that cannot be made
+    with pytest.raises(JvmBuildError, match=r"cannot build the segmentstore-jvm jar in"):
+        jar_path()
     monkeypatch.setenv(jvm.CACHE_ENV, str(tmp_path))  # nothing built here yet
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
     with pytest.raises(JvmBuildError, match=r"needs a Java 17\+ JDK \(javac on PATH"):
         jar_path()
+
+
+def test_other_types_nested_and_wide_decimals(spark: Any, endpoint: str, seg: str) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    df = spark.createDataFrame(
+        [
+            (
+                i,
+                i % 2 == 0,
+                i,
+                1.5 * i,
+                bytes([i, 0, 255]),
+                Decimal("-1234567890123456.7890") + i,
+                dt.date(1969, 12, 31) + dt.timedelta(days=i),
+                dt.datetime(2262, 4, 11, 23, 47, 16, 854775) - dt.timedelta(days=i),
+                None if i == 4 else (Decimal(i) / 8, f"ünï {i}"),
+                [(Decimal(i), None)],
+                {"a": Decimal("1.25"), f"k{i}": None},
+            )
+            for i in range(10)
+        ],
+        "id BIGINT, b BOOLEAN, h SMALLINT, f FLOAT, bin BINARY, dec DECIMAL(20,4), day DATE, "
+        "ntz TIMESTAMP_NTZ, nested STRUCT<x: DECIMAL(38,18), s: STRING>, "
+        "arr ARRAY<STRUCT<x: DECIMAL(10,2), s: STRING>>, m MAP<STRING, DECIMAL(10,2)>",
+    )
+    _write(df, endpoint, seg, rowsPerEvent="3")
+    back = _jvm(spark, endpoint, seg)
+    assert back.schema == df.schema
+    assert sorted(back.collect()) == sorted(df.collect())

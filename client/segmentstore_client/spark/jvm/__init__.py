@@ -112,11 +112,17 @@ def jar_path() -> str:
         return str(jar)
     javac = _tool("javac")
     jars = spark_jars()
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build; others wait, then find the jar
-        if not jar.is_file():
-            _build(javac, jars, jar)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with open(target / "build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one build; others wait, then find the jar
+            if not jar.is_file():
+                _build(javac, jars, jar)
+    except OSError as e:
+        raise JvmBuildError(
+            f"cannot build the {FORMAT} jar in {target} ({e}); set {CACHE_ENV} to a "
+            "writable directory"
+        ) from None
     return str(jar)
 
 

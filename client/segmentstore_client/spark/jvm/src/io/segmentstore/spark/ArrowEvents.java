@@ -138,12 +138,7 @@ final class ArrowEvents implements AutoCloseable {
     for (int i : keepFields) {
       kept.add(fields.get(i));
     }
-    Schema p = new Schema(kept);
-    if (root == null || !p.equals(pruned)) {
-      closeRoot();
-      pruned = p;
-      root = VectorSchemaRoot.create(p, allocator);
-    }
+    pruned = new Schema(kept);
   }
 
   private StructType storedSchema(Schema schema) throws IOException {
@@ -211,6 +206,10 @@ final class ArrowEvents implements AutoCloseable {
         keptNodes.addAll(nodes.subList(nodeStart[i], nodeStart[i] + nodeCount[i]));
         keptBufs.addAll(bufs.subList(bufStart[i], bufStart[i] + bufCount[i]));
       }
+      // A fresh root per batch: VectorLoader cannot reload nested vectors (a struct's
+      // children) into a root it loaded before. Creating one costs microseconds.
+      closeRoot();
+      root = VectorSchemaRoot.create(pruned, allocator);
       try (ArrowRecordBatch prunedBatch =
           new ArrowRecordBatch(full.getLength(), keptNodes, keptBufs, full.getBodyCompression())) {
         new VectorLoader(root, CommonsCompressionFactory.INSTANCE).load(prunedBatch);
