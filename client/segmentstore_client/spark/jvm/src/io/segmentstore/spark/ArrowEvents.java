@@ -3,7 +3,7 @@
 // columns before VectorLoader sees them, so the other columns' buffers are never
 // decompressed (zstd or lz4 buffer compression through arrow-compression). A requested
 // column is matched by name, case-insensitively; it must hold the requested Spark type
-// (the type recorded in the Arrow schema's spark.schema metadata, else Arrow's own), since
+// (the Spark type of its Arrow type, which is what ArrowColumnVector reads), since
 // Spark reads ArrowColumnVectors as they are: widening reads are the Python source's job.
 // A column the event lacks is null, as in the Python source. Each batch stays valid
 // until the next call to next() or close().
@@ -117,7 +117,9 @@ final class ArrowEvents implements AutoCloseable {
         src[j] = -1;
         continue;
       }
-      DataType has = stored.fields()[i].dataType();
+      // The Arrow type decides: it is what ArrowColumnVector reads (the spark.schema
+      // metadata only names the schema Spark infers).
+      DataType has = ArrowUtils.fromArrowField(fields.get(i));
       if (!DataType$.MODULE$.equalsIgnoreNullability(has, wanted[j].dataType())) {
         throw fail(
             "column '" + wanted[j].name() + "' holds " + has.simpleString()
