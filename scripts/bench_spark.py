@@ -18,6 +18,10 @@ less than wall time. ``parts`` is the read's input partition count.
     .venv/bin/python scripts/bench_spark.py --variants arrow:zstd,arrow:lz4 --batch-rows 10000
 
 MB/s counts the bytes each sink stores (segment length; Parquet files' size).
+
+``segmentstore-jvm`` rows (on by default, ``--no-jvm`` to skip; needs a JDK) read the same
+arrow segments through the JVM columnar reader (``segmentstore_client.spark.jvm``), its one
+column read with ``.select("id")`` as Parquet's, alternating with the others.
 """
 
 from __future__ import annotations
@@ -133,6 +137,7 @@ def main() -> int:
         help="encoding:compression pairs to measure, e.g. arrow:zstd,arrow:lz4,msgpack:none",
     )
     ap.add_argument("--batch-rows", help="the reads' batchRows option (default: the source's)")
+    ap.add_argument("--no-jvm", action="store_true", help="skip the segmentstore-jvm reader's rows")
     ns = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -142,8 +147,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     try:
         with _endpoint(ns, work) as (endpoint, server_pid):
+            builder = SparkSession.builder
+            if not ns.no_jvm:
+                from segmentstore_client.spark.jvm import jar_path
+
+                builder = builder.config("spark.jars", jar_path())
             spark = (
-                SparkSession.builder.master(ns.master)
+                builder.master(ns.master)
                 .appName("bench_spark")
                 .config("spark.ui.enabled", "false")
                 .config("spark.ui.showConsoleProgress", "false")
@@ -190,6 +200,7 @@ def main() -> int:
             for variant in ns.variants.split(","):
                 encoding, _, compression = variant.partition(":")
                 v = Variant(encoding, compression or "none", uuid.uuid4().hex[:8])
+                v.jvm = not ns.no_jvm and encoding == "arrow"
                 for i in range(ns.runs + 1):
                     timer.run(v.write, partial(v.save, df, endpoint, i), timed=i > 0)
                 with sync.connect(endpoint) as client:
@@ -203,15 +214,22 @@ def main() -> int:
                 timer.run(pq_read, lambda: noop(spark.read.parquet(pq_data)), timed=i > 0)
                 for v in variants:
                     timer.run(v.read, partial(v.scan, spark, endpoint, opts), i > 0)
+                    if v.jvm:
+                        timer.run(v.jvm_read, partial(v.scan_jvm, spark, endpoint, ()), i > 0)
                 timer.run(pq_one, lambda: noop(spark.read.parquet(pq_data).select("id")), i > 0)
                 for v in variants:
                     one = {**opts, "columns": "id"}
                     timer.run(v.one, partial(v.scan, spark, endpoint, one), i > 0)
+                    if v.jvm:
+                        timer.run(v.jvm_one, partial(v.scan_jvm, spark, endpoint, ("id",)), i > 0)
             pq_parts = spark.read.parquet(pq_data).rdd.getNumPartitions()
             _report(ns.rows, "parquet", pq_write, pq_size, pq_read, pq_one, pq_parts)
             for v in variants:
                 parts = v.load(spark, endpoint, opts).rdd.getNumPartitions()
                 _report(ns.rows, v.name, v.write, v.size, v.read, v.one, parts)
+                if v.jvm:
+                    parts = v.load_jvm(spark, endpoint).rdd.getNumPartitions()
+                    _report(ns.rows, v.jvm_name, None, v.size, v.jvm_read, v.jvm_one, parts)
 
             print(
                 "\nagainst parquet (median of per-run rows/s ratios [range];"
@@ -219,11 +237,18 @@ def main() -> int:
             )
             for v in variants:
                 print(
-                    f"  {v.name:26s} write {_ratio(pq_write.wall, v.write.wall)}"
+                    f"  {v.name:28s} write {_ratio(pq_write.wall, v.write.wall)}"
                     f"  read {_ratio(pq_read.wall, v.read.wall)}"
                     f"  read cpu {_ratio(pq_read.cpu, v.read.cpu)}"
                     f"  six/one column {_ratio(v.read.wall, v.one.wall)}"
                 )
+                if v.jvm:
+                    print(
+                        f"  {v.jvm_name:28s} {'':19s}"
+                        f"  read {_ratio(pq_read.wall, v.jvm_read.wall)}"
+                        f"  read cpu {_ratio(pq_read.cpu, v.jvm_read.cpu)}"
+                        f"  six/one column {_ratio(v.jvm_read.wall, v.jvm_one.wall)}"
+                    )
             print(f"load average at the end: {_load()}")
             spark.stop()
     finally:
@@ -242,10 +267,17 @@ class Variant:
     write: Figure = field(default_factory=Figure)
     read: Figure = field(default_factory=Figure)
     one: Figure = field(default_factory=Figure)
+    jvm: bool = False
+    jvm_read: Figure = field(default_factory=Figure)
+    jvm_one: Figure = field(default_factory=Figure)
 
     @property
     def name(self) -> str:
         return f"segmentstore {self.encoding}/{self.compression}"
+
+    @property
+    def jvm_name(self) -> str:
+        return f"segmentstore-jvm {self.encoding}/{self.compression}"
 
     def segment(self, run: int) -> str:
         return f"bench/{self.tag}/run{run}"
@@ -264,6 +296,18 @@ class Variant:
     def scan(self, spark: Any, endpoint: str, options: dict[str, str]) -> None:
         """Read every row of the run-1 segment (materialized, then dropped)."""
         self.load(spark, endpoint, options).write.format("noop").mode("overwrite").save()
+
+    def scan_jvm(self, spark: Any, endpoint: str, columns: tuple[str, ...]) -> None:
+        """The run-1 segment through the JVM reader (``columns``: Spark's pruning)."""
+        frame = self.load_jvm(spark, endpoint)
+        frame = frame.select(*columns) if columns else frame
+        frame.write.format("noop").mode("overwrite").save()
+
+    def load_jvm(self, spark: Any, endpoint: str) -> Any:
+        from segmentstore_client.spark.jvm import FORMAT
+
+        r = spark.read.format(FORMAT).option("endpoint", endpoint)
+        return r.option("segment", self.segment(1)).load()
 
     def load(self, spark: Any, endpoint: str, options: dict[str, str]) -> Any:
         r = spark.read.format("segmentstore").option("endpoint", endpoint)
@@ -302,15 +346,17 @@ def _source() -> Any:
 
 
 def _report(
-    rows: int, name: str, write: Figure, size: int, read: Figure, one: Figure, parts: int
+    rows: int, name: str, write: Figure | None, size: int, read: Figure, one: Figure, parts: int
 ) -> None:
     mb = size / 1e6
-    w, r = statistics.median(write.wall), statistics.median(read.wall)
+    r = statistics.median(read.wall)
+    if write is not None:
+        w = statistics.median(write.wall)
+        print(f"{name:28s} write {write.text()} {rows / w:>10,.0f} rows/s {mb / w:6.1f} MB/s")
     print(
-        f"{name:26s} write {write.text()} {rows / w:>10,.0f} rows/s {mb / w:6.1f} MB/s\n"
-        f"{'':26s} read  {read.text()} {rows / r:>10,.0f} rows/s {mb / r:6.1f} MB/s"
+        f"{name if write is None else '':28s} read  {read.text()} {rows / r:>10,.0f} rows/s {mb / r:6.1f} MB/s"
         f" parts {parts}\n"
-        f"{'':26s} one column {one.text()} | stored {mb:6.1f} MB",
+        f"{'':28s} one column {one.text()} | stored {mb:6.1f} MB",
         flush=True,
     )
 

@@ -48,8 +48,15 @@ def spark() -> Iterator[Any]:
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = SparkSession.builder
+    try:  # the JVM reader (tests/spark/test_jvm_reader.py); needs a JDK, built once
+        from segmentstore_client.spark.jvm import JvmBuildError, jar_path
+
+        builder = builder.config("spark.jars", jar_path())
+    except JvmBuildError:
+        pass
     session = (
-        SparkSession.builder.master("local[2,3]")
+        builder.master("local[2,3]")
         .appName("segmentstore-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -1,0 +1,212 @@
+"""The ``segmentstore-jvm`` reader (Java, DataSource V2, columnar) on a real local Spark.
+
+Rows are written by the Python sink (``segmentstore``) and read back through the JVM
+reader, whose jar ``segmentstore_client.spark.jvm.jar_path()`` builds with the JDK's
+``javac`` (``tests/spark/conftest.py`` puts it on ``spark.jars``); without a JDK these
+tests are skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from segmentstore_client import records, sync
+from segmentstore_client.spark.jvm import FORMAT, JvmBuildError, jar_path
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _jar() -> None:
+    try:
+        jar_path()
+    except JvmBuildError as e:
+        pytest.skip(str(e))
+
+
+def _six(spark: Any, n: int) -> Any:
+    """The benchmark's six column types, with nulls in every nullable column."""
+    return spark.range(0, n, 1, 2).selectExpr(
+        "id",
+        "if(id % 11 = 0, null, cast(id % 1000 as int)) as i",
+        "if(id % 13 = 0, null, concat('row-', cast(id as string))) as s",
+        "if(id % 17 = 0, null, cast(id as double) / 7) as d",
+        "if(id % 19 = 0, null, timestamp_micros(1700000000000000 + id * 1001)) as ts",
+        "if(id % 23 = 0, null, cast(id / 100 as decimal(18,2))) as dec",
+    )
+
+
+def _write(df: Any, endpoint: str, seg: str, **opts: str) -> None:
+    w = df.write.format("segmentstore").option("endpoint", endpoint).option("segment", seg)
+    for k, v in opts.items():
+        w = w.option(k, v)
+    w.mode("append").save()
+
+
+def _jvm(spark: Any, endpoint: str, seg: str, **opts: str) -> Any:
+    r = spark.read.format(FORMAT).option("endpoint", endpoint).option("segment", seg)
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def _plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def _error(read: Callable[[], Any]) -> str:
+    """The message of the error ``read().collect()`` fails with (on the driver or a task)."""
+    with pytest.raises(Exception) as err:
+        read().collect()
+    return str(err.value)
+
+
+def test_reads_what_the_sink_wrote_as_columnar_batches(spark: Any, endpoint: str, seg: str) -> None:
+    n = 20_000
+    _write(_six(spark, n), endpoint, seg, rowsPerEvent="2000")  # 10 events
+    df = _jvm(spark, endpoint, seg, partitionBytes="65536")
+    plan = _plan(df)
+    assert "BatchScan" in plan and "ColumnarToRow" in plan, plan  # Spark reads it columnar
+    assert df.rdd.getNumPartitions() >= 3  # a multi-event segment cut at event boundaries
+    assert df.schema == _six(spark, 1).schema  # inferred from the stored Spark schema
+    got = sorted(df.collect())
+    assert got == sorted(_six(spark, n).collect())
+    python = spark.read.format("segmentstore").option("endpoint", endpoint)
+    assert got == sorted(python.option("segment", seg).load().collect())
+
+
+def test_column_pruning(spark: Any, endpoint: str, seg: str) -> None:
+    _write(_six(spark, 5_000), endpoint, seg, rowsPerEvent="1000")
+    df = _jvm(spark, endpoint, seg).select("dec", "id").where("id >= 4990")
+    assert "ReadSchema: struct<id:bigint,dec:decimal(18,2)>" in _plan(df), _plan(df)
+    assert sorted((r.id, r.dec and str(r.dec)) for r in df.collect()) == [
+        (i, None if i % 23 == 0 else f"{i // 100}.{i % 100:02d}") for i in range(4990, 5000)
+    ]
+    only = _jvm(spark, endpoint, seg, columns="s")
+    assert only.columns == ["s"] and only.where("s = 'row-42'").count() == 1
+    # a user schema: a subset by name, a column the rows lack reads as null
+    sub = (
+        spark.read.format(FORMAT)
+        .schema("s STRING, id BIGINT, extra INT")
+        .option("endpoint", endpoint)
+        .option("segment", seg)
+        .load()
+    )
+    assert sub.where("id = 7").first().asDict() == {"s": "row-7", "id": 7, "extra": None}
+    # reading a column as another type is refused (the Python source widens losslessly)
+    wide = spark.read.format(FORMAT).schema("i BIGINT").option("endpoint", endpoint)
+    msg = _error(lambda: wide.option("segment", seg).load())
+    assert "column 'i' holds int" in msg and "format('segmentstore')" in msg
+
+
+def test_a_damaged_record_fails_naming_the_segment(spark: Any, endpoint: str, seg: str) -> None:
+    _write(_six(spark, 3_000), endpoint, seg, rowsPerEvent="1000")
+    good = _jvm(spark, endpoint, seg).count()
+    assert good == 3_000
+    with sync.connect(endpoint) as c:
+        reader = c.reader(seg, 0)
+        first = reader.read_batch()[0].data
+        reader.close()
+        bad = bytearray(first)
+        bad[len(bad) // 2] ^= 0x01  # one flipped bit inside the Arrow payload
+        with c.writer(seg) as w:
+            w.write(bytes(bad))
+    msg = _error(lambda: _jvm(spark, endpoint, seg))
+    assert f"segment '{seg}'" in msg and "CRC-32C mismatch" in msg, msg
+
+
+def test_a_refused_connection_fails_fast(spark: Any) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    msg = _error(lambda: _jvm(spark, f"tcp://127.0.0.1:{port}", "x/y/0", connectTimeout="2"))
+    assert "cannot connect to 127.0.0.1" in msg, msg
+    assert time.monotonic() - t0 < 15
+    with socket.socket() as silent:  # accepts (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        ep = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        t0 = time.monotonic()
+        msg = _error(lambda: _jvm(spark, ep, "x/y/0", schema="id BIGINT", timeout="1"))
+        assert "no reply from 127.0.0.1" in msg and "within 1000 ms" in msg, msg
+        assert time.monotonic() - t0 < 15
+
+
+def test_what_only_the_python_source_reads_is_refused(spark: Any, endpoint: str, seg: str) -> None:
+    _write(_six(spark, 100), endpoint, seg + "m", encoding="msgpack")
+    msg = _error(lambda: _jvm(spark, endpoint, seg + "m", schema="id BIGINT"))
+    assert "MessagePack" in msg and "format('segmentstore')" in msg, msg
+    with sync.connect(endpoint) as c:
+        c.create_segment(seg + "r")
+        with c.writer(seg + "r") as w:
+            w.write(b"plain bytes, not a record at all")
+    msg = _error(lambda: _jvm(spark, endpoint, seg + "r", schema="id BIGINT"))
+    assert "raw events" in msg and "'output', 'raw'" in msg, msg
+    for opt, value in [("stream", "a/b"), ("credentials", "u:p"), ("output", "raw")]:
+        bad = {"schema": "id BIGINT", opt: value}
+        msg = _error(lambda bad=bad: _jvm(spark, endpoint, seg + "m", **bad))
+        assert "segmentstore-jvm does not support" in msg, msg
+    msg = _error(lambda: _jvm(spark, "tls://127.0.0.1:1", seg, schema="id BIGINT"))
+    assert "TLS" in msg
+    msg = _error(lambda: _jvm(spark, endpoint, seg, schema="id BIGINT", atomicc="true"))
+    assert "unknown option 'atomicc'" in msg and "endpoint" in msg, msg
+    assert records.FORMAT_VERSION == 1  # the envelope version the Java reader checks
+
+
+def test_jar_build_without_a_jdk_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import zipfile
+
+    from segmentstore_client.spark import jvm
+
+    with zipfile.ZipFile(jar_path()) as z:  # the cached jar registers the short name
+        service = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
+        assert z.read(service).decode().strip() == "io.segmentstore.spark.SegmentStoreJvm"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(jvm.CACHE_ENV, str(blocker))  # a cache that cannot be made
+    with pytest.raises(JvmBuildError, match=r"cannot build the segmentstore-jvm jar in"):
+        jar_path()
+    monkeypatch.setenv(jvm.CACHE_ENV, str(tmp_path))  # nothing built here yet
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(JvmBuildError, match=r"needs a Java 17\+ JDK \(javac on PATH"):
+        jar_path()
+
+
+def test_other_types_nested_and_wide_decimals(spark: Any, endpoint: str, seg: str) -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    df = spark.createDataFrame(
+        [
+            (
+                i,
+                i % 2 == 0,
+                i,
+                1.5 * i,
+                bytes([i, 0, 255]),
+                Decimal("-1234567890123456.7890") + i,
+                dt.date(1969, 12, 31) + dt.timedelta(days=i),
+                dt.datetime(2262, 4, 11, 23, 47, 16, 854775) - dt.timedelta(days=i),
+                None if i == 4 else (Decimal(i) / 8, f"ünï {i}"),
+                [(Decimal(i), None)],
+                {"a": Decimal("1.25"), f"k{i}": None},
+            )
+            for i in range(10)
+        ],
+        "id BIGINT, b BOOLEAN, h SMALLINT, f FLOAT, bin BINARY, dec DECIMAL(20,4), day DATE, "
+        "ntz TIMESTAMP_NTZ, nested STRUCT<x: DECIMAL(38,18), s: STRING>, "
+        "arr ARRAY<STRUCT<x: DECIMAL(10,2), s: STRING>>, m MAP<STRING, DECIMAL(10,2)>",
+    )
+    _write(df, endpoint, seg, rowsPerEvent="3")
+    back = _jvm(spark, endpoint, seg)
+    assert back.schema == df.schema
+    assert sorted(back.collect()) == sorted(df.collect())
