@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from typing import Any
 
@@ -192,6 +193,39 @@ class Proxy:
 
         await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
         self._links -= {writer, up_writer}
+
+
+async def test_a_slow_tcp_connect_to_the_controller_is_waited_for(ctl: Ctl) -> None:
+    """A controller whose listen queue is full for a moment (a busy host) makes the TCP
+    connect take over a second: the kernel drops the SYN and resends it after 1 s. A call
+    that is never retried (createScope) must wait for that connect within its timeout.
+    With gRPC's minimum reconnect backoff set to 100 ms, gRPC also cut every connect
+    attempt at 100 ms ("connect() timed out") and failed the call: under load, Spark's
+    stream writes failed that way at createTransaction."""
+    host, port = ctl.uri.removeprefix("tcp://").rsplit(":", 1)
+    proxy = Proxy((host, int(port)))
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    # One connection fills a listen queue of 0: the next SYN is dropped.
+    filler = socket.create_connection(listener.getsockname()[:2])
+
+    async def serve_later() -> None:
+        await asyncio.sleep(0.5)
+        listener.accept()[0].close()
+        filler.close()
+        listener.setblocking(False)
+        proxy._server = await asyncio.start_server(proxy._serve, sock=listener)
+
+    later = asyncio.create_task(serve_later())
+    try:
+        uri = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+        async with sc.connect(ctl.server.endpoint, controller=uri, request_timeout=10) as c:
+            started = time.monotonic()
+            assert await c.create_scope("slowconnect")
+            took = time.monotonic() - started
+        assert took > 0.8, f"the connect was not delayed ({took:.2f} s): the test proved nothing"
+    finally:
+        await later
+        await proxy.stop()
 
 
 @pytest.mark.serial  # timing bounds: scripts/test runs it alone

@@ -48,10 +48,11 @@ _RETRIED = frozenset(
 )  # fmt: skip
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
 # gRPC's own reconnect backoff grows to 120 s; keep it near ours so a controller that
-# comes back is seen within a second.
+# comes back is seen within a second. Not "grpc.min_reconnect_backoff_ms": gRPC uses it as
+# the deadline of each TCP connect too, and at 100 ms a connect to a busy host (a SYN
+# dropped and resent after 1 s) failed calls that are never retried.
 _CHANNEL = (
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
 
