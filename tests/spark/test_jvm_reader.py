@@ -8,6 +8,7 @@ tests are skipped.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,10 +22,14 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture(scope="module", autouse=True)
 def _jar() -> None:
+    """Skips only where there is no JDK at all (scripts/test installs one where apt can, and
+    CI=true never skips); a compiler error or missing PySpark jars fail the tests."""
     try:
         jar_path()
     except JvmBuildError as e:
-        pytest.skip(str(e))
+        if "JDK" in str(e) and "none found" in str(e) and os.environ.get("CI") != "true":
+            pytest.skip(str(e))
+        raise
 
 
 def _six(spark: Any, n: int) -> Any:
