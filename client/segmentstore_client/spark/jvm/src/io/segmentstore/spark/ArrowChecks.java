@@ -12,6 +12,8 @@ package io.segmentstore.spark;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.List;
 import org.apache.arrow.flatbuf.Buffer;
 import org.apache.arrow.flatbuf.Field;
 import org.apache.arrow.flatbuf.FieldNode;
@@ -20,13 +22,19 @@ import org.apache.arrow.flatbuf.MessageHeader;
 import org.apache.arrow.flatbuf.RecordBatch;
 import org.apache.arrow.flatbuf.Schema;
 import org.apache.arrow.memory.ArrowBuf;
+import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.BaseLargeVariableWidthVector;
 import org.apache.arrow.vector.BaseVariableWidthVector;
+import org.apache.arrow.vector.BitVector;
+import org.apache.arrow.vector.BufferLayout;
 import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.NullVector;
+import org.apache.arrow.vector.TypeLayout;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.complex.BaseRepeatedValueVector;
 import org.apache.arrow.vector.complex.LargeListVector;
-import org.apache.arrow.vector.util.ValueVectorUtility;
+import org.apache.arrow.vector.complex.UnionVector;
+import org.apache.arrow.vector.types.pojo.ArrowType;
 
 final class ArrowChecks {
   /** Deepest type nesting accepted (Spark's own schemas stay far below). */
@@ -45,6 +53,7 @@ final class ArrowChecks {
     ByteBuffer b = ByteBuffer.wrap(data, off, len).slice().order(ByteOrder.LITTLE_ENDIAN);
     int[] topNodes = null; // index of each top-level field's node; null before the schema
     int nodes = 0;
+    List<org.apache.arrow.vector.types.pojo.Field> flat = new ArrayList<>(); // depth first
     int pos = 0;
     // Bounded: every pass consumes at least 4 bytes of the stream.
     while (len - pos >= 4) {
@@ -92,12 +101,17 @@ final class ArrowChecks {
             countFields(s.fields(i), 1, count, where);
           }
           nodes = count[0];
+          flat.clear();
+          for (org.apache.arrow.vector.types.pojo.Field f :
+              org.apache.arrow.vector.types.pojo.Schema.convertSchema(s).getFields()) {
+            flatten(f, flat);
+          }
         } else if (type == MessageHeader.RecordBatch) {
           RecordBatch rb = (RecordBatch) m.header(new RecordBatch());
           if (rb == null || topNodes == null) {
             throw fail(where, "an Arrow record batch without a schema before it");
           }
-          batch(rb, nodes, topNodes, slice(b, bodyAt, (int) body), where);
+          batch(rb, nodes, topNodes, flat, slice(b, bodyAt, (int) body), where);
         }
       } catch (RuntimeException e) {
         throw fail(where, "an Arrow message's metadata does not parse: " + e);
@@ -129,8 +143,17 @@ final class ArrowChecks {
     }
   }
 
-  private static void batch(RecordBatch rb, int nodes, int[] topNodes, ByteBuffer body,
-      String where) throws IOException {
+  private static void flatten(
+      org.apache.arrow.vector.types.pojo.Field f, List<org.apache.arrow.vector.types.pojo.Field> out) {
+    out.add(f);
+    for (org.apache.arrow.vector.types.pojo.Field c : f.getChildren()) {
+      flatten(c, out);
+    }
+  }
+
+  private static void batch(RecordBatch rb, int nodes, int[] topNodes,
+      List<org.apache.arrow.vector.types.pojo.Field> flat, ByteBuffer body, String where)
+      throws IOException {
     long rows = rb.length();
     if (rows < 0 || rows > Integer.MAX_VALUE) {
       throw fail(where, "an Arrow record batch of " + rows + " rows");
@@ -179,14 +202,62 @@ final class ArrowChecks {
         decoded += Math.max(plain, 0);
       }
     }
+    sizes(rb, flat, body, where);
+  }
+
+  /**
+   * Each buffer large enough for its field node's values: validity bits, offsets and
+   * fixed-width data (variable-length data is checked against the offsets after loading).
+   */
+  private static void sizes(RecordBatch rb, List<org.apache.arrow.vector.types.pojo.Field> flat,
+      ByteBuffer body, String where) throws IOException {
+    boolean compressed = rb.compression() != null;
+    FieldNode node = new FieldNode();
+    Buffer buf = new Buffer();
+    int j = 0;
+    for (int k = 0; k < flat.size(); k++) {
+      org.apache.arrow.vector.types.pojo.Field f = flat.get(k);
+      List<BufferLayout> layout = TypeLayout.getTypeLayout(f.getType()).getBufferLayouts();
+      if (f.getType() instanceof ArrowType.Union || j + layout.size() > rb.buffersLength()) {
+        return; // unions and views are refused later, when the columns are matched
+      }
+      rb.nodes(node, k);
+      long n = node.length();
+      boolean variable = false;
+      for (BufferLayout l : layout) {
+        variable |= l.getType() == BufferLayout.BufferType.OFFSET;
+      }
+      for (BufferLayout l : layout) {
+        rb.buffers(buf, j++);
+        long size = buf.length();
+        if (compressed && size >= 8) {
+          long plain = body.getLong((int) buf.offset());
+          size = plain == -1 ? size - 8 : plain;
+        }
+        long need;
+        if (l.getType() == BufferLayout.BufferType.VALIDITY) {
+          need = size == 0 && node.nullCount() == 0 ? 0 : (n + 7) / 8;
+        } else if (l.getType() == BufferLayout.BufferType.OFFSET) {
+          need = n == 0 ? 0 : (n + 1) * l.getTypeBitWidth() / 8;
+        } else if (l.getType() == BufferLayout.BufferType.DATA && !variable) {
+          need = (n * l.getTypeBitWidth() + 7) / 8;
+        } else {
+          need = 0;
+        }
+        if (size < need) {
+          throw fail(where, "an Arrow record batch whose column '" + f.getName() + "' holds "
+              + n + " values, more than its " + l.getType() + " buffer of " + size
+              + " bytes holds");
+        }
+      }
+    }
   }
 
   /** Checks the vectors VectorLoader loaded: sizes for their value counts, and offsets. */
   static void loaded(VectorSchemaRoot root, String where) throws IOException {
     for (FieldVector v : root.getFieldVectors()) {
       try {
-        ValueVectorUtility.validate(v);
-        offsets(v);
+        vector(v);
       } catch (RuntimeException e) {
         throw new IOException(
             "segmentstore-jvm: " + where + "its Arrow column '" + v.getName() + "' is "
@@ -195,10 +266,23 @@ final class ArrowChecks {
     }
   }
 
-  /** Offsets start at 0 or more, never decrease, and end inside their data. */
-  private static void offsets(FieldVector v) {
+  /**
+   * Validity and fixed-width data buffers hold the value count; offsets start at 0 or more,
+   * never decrease, and end inside their data. (Arrow's own ValueVectorUtility.validate
+   * refuses the map vectors Spark writes, so this checks what ArrowColumnVector reads.)
+   */
+  private static void vector(FieldVector v) {
     int n = v.getValueCount();
-    if (v instanceof BaseVariableWidthVector) {
+    if (validityBytes(v) < (n + 7L) / 8) {
+      throw new IllegalArgumentException("its validity buffer is too small for " + n + " values");
+    }
+    if (v instanceof BaseFixedWidthVector) {
+      BaseFixedWidthVector w = (BaseFixedWidthVector) v;
+      long need = w instanceof BitVector ? (n + 7L) / 8 : (long) n * w.getTypeWidth();
+      if (w.getDataBuffer().capacity() < need) {
+        throw new IllegalArgumentException("its data buffer is too small for " + n + " values");
+      }
+    } else if (v instanceof BaseVariableWidthVector) {
       check(v.getOffsetBuffer(), n, false, v.getDataBuffer().capacity());
     } else if (v instanceof BaseLargeVariableWidthVector) {
       check(v.getOffsetBuffer(), n, true, v.getDataBuffer().capacity());
@@ -210,7 +294,18 @@ final class ArrowChecks {
       check(v.getOffsetBuffer(), n, false, l.getDataVector().getValueCount());
     }
     for (FieldVector c : v.getChildrenFromFields()) {
-      offsets(c);
+      vector(c);
+    }
+  }
+
+  private static long validityBytes(FieldVector v) {
+    if (v instanceof NullVector || v instanceof UnionVector) {
+      return Long.MAX_VALUE; // no validity buffer
+    }
+    try {
+      return v.getValidityBuffer().capacity();
+    } catch (UnsupportedOperationException e) {
+      return Long.MAX_VALUE; // a vector kind without one (e.g. a non-nullable struct)
     }
   }
 
