@@ -74,6 +74,7 @@ final class ArrowEvents implements AutoCloseable {
   void open(Envelope value, String segment, long at) throws IOException {
     closeReader();
     where = "segment '" + segment + "', event at offset " + at + ": ";
+    ArrowChecks.stream(value.data, value.offset, value.length, segment, at);
     ReadChannel ch =
         new ReadChannel(
             Channels.newChannel(new ByteArrayInputStream(value.data, value.offset, value.length)));
@@ -219,6 +220,7 @@ final class ArrowEvents implements AutoCloseable {
         throw fail("its Arrow record batch does not load: " + e);
       }
     }
+    ArrowChecks.loaded(root, where);
     buildBatch(root.getRowCount());
     return true;
   }

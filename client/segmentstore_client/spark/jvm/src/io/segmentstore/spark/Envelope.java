@@ -1,8 +1,9 @@
 // The record envelope of segmentstore_client.records (format version 1), checked and
 // unwrapped: CRC-32C over everything but the last 4 bytes (stored little-endian), then
 // version, attributes (bits 0-2 codec), timestamp, key, headers, value. A bad CRC or a
-// field running past the record is an IOException naming the segment and the offset;
-// bytes that are not a record at all (too short, wrong first byte) are refused as raw
+// field running past the record (lengths are checked without overflow) or a value that
+// does not decompress, or decompresses to more than MAX_VALUE_BYTES, is an IOException
+// naming the segment and the offset; bytes that are not a record at all (too short, wrong first byte) are refused as raw
 // events, which the Python source reads with output=raw.
 package io.segmentstore.spark;
 
@@ -20,6 +21,9 @@ import org.apache.commons.compress.compressors.lz4.FramedLZ4CompressorInputStrea
 final class Envelope {
   static final int FORMAT_VERSION = 1;
   static final int OVERHEAD = 20;
+  /** The most bytes one record's value may decompress to: 32x the largest event the sink
+   * writes (8 MiB); more is a decompression bomb, refused before it fills the heap. */
+  static final int MAX_VALUE_BYTES = 256 * 1024 * 1024;
   static final String CONTENT_TYPE = "content-type";
   static final String ARROW = "application/vnd.apache.arrow.stream";
   static final String MSGPACK = "application/x-spark-rows+msgpack";
@@ -84,7 +88,7 @@ final class Envelope {
       pos += nlen;
       int vlen = b.getInt(pos);
       pos += 4;
-      if (vlen < 0 || pos + vlen > end) {
+      if (vlen < 0 || vlen > end - pos) { // not pos + vlen: that overflows
         throw corrupt(segment, at, "record header runs past the record");
       }
       if (name.equals(CONTENT_TYPE)) {
@@ -100,12 +104,19 @@ final class Envelope {
       return new Envelope(buf, off + pos, end - pos, contentType);
     }
     byte[] plain;
+    boolean more;
     try (InputStream raw = new ByteArrayInputStream(buf, off + pos, end - pos);
         InputStream z = decompressor(codec, raw)) {
-      plain = z.readAllBytes();
+      plain = z.readNBytes(MAX_VALUE_BYTES); // bounded: never readAllBytes on peer data
+      more = z.read() >= 0;
     } catch (IOException | RuntimeException e) {
       throw corrupt(
           segment, at, "record value does not decompress with " + CODECS[codec] + ": " + e);
+    }
+    if (more) {
+      throw corrupt(
+          segment, at, "record value decompresses with " + CODECS[codec] + " to more than "
+              + MAX_VALUE_BYTES + " bytes (the reader's limit for one event's value)");
     }
     return new Envelope(plain, 0, plain.length, contentType);
   }

@@ -54,7 +54,7 @@ final class EventSource implements Closeable {
     }
     if (!ensure(8)) {
       if (tail == head) {
-        return false; // the segment ends here (e.g. truncated after planning)
+        throw ReplyErrors.shrank(segment, pos, end); // segments never shrink
       }
       throw Envelope.corrupt(segment, pos, "the segment ends inside an event header");
     }

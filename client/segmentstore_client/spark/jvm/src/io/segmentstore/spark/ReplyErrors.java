@@ -1,6 +1,9 @@
 // Error replies of the wire protocol (wire-protocol.md section 6.7) as one IOException
-// each, naming the segment and what to do. A reply type this reader does not expect is a
-// protocol error. The layouts read here are the error replies' leading fields only.
+// each, naming the segment (and the offset, where a read asked for one) and what to do.
+// Every error reply this reader knows leads with the request id, which must be the
+// waiting request's; a reply type this reader does not expect is a protocol error. Only
+// the leading fields are read; a body too short for them throws EOFException, which the
+// caller reports as a malformed reply.
 package io.segmentstore.spark;
 
 import java.io.DataInputStream;
@@ -9,44 +12,76 @@ import java.io.IOException;
 final class ReplyErrors {
   private ReplyErrors() {}
 
-  static IOException of(int type, DataInputStream r, String segment, long offset, String ep)
+  static IOException of(
+      int type, DataInputStream r, long id, String segment, long offset, String ep)
       throws IOException {
-    String prefix = "segmentstore-jvm: segment '" + segment + "': ";
+    String prefix = "segmentstore-jvm: " + WireClient.where(segment, offset) + ": ";
+    String name = name(type);
+    if (name == null) {
+      return new IOException(
+          "segmentstore-jvm: " + ep + " sent an unexpected reply of type " + type + " ("
+              + WireClient.where(segment, offset) + ")");
+    }
+    long got = r.readLong();
+    if (got != id) {
+      return new IOException(
+          "segmentstore-jvm: " + ep + " sent a " + name + " reply for request " + got
+              + " while request " + id + " was waiting (" + WireClient.where(segment, offset)
+              + ")");
+    }
     switch (type) {
       case 50:
         return new IOException(prefix + ep + " does not own this segment (WrongHost)");
       case 51:
-        return new IOException(prefix + "is sealed and has no data at offset " + offset);
+        return new IOException(prefix + "the segment is sealed and has no data there");
       case 53:
-        return new IOException(prefix + "does not exist (NoSuchSegment)");
+        return new IOException(prefix + "the segment does not exist (NoSuchSegment)");
       case 56:
         {
-          r.readLong();
           r.readUTF();
           long start = r.readLong();
           return new IOException(
-              prefix + "is truncated at " + start + "; offset " + offset
-                  + " is no longer readable (SegmentIsTruncated)");
+              prefix + "the segment is truncated at " + start + "; data before it is no longer"
+                  + " readable (SegmentIsTruncated)");
         }
       case 57:
-        {
-          r.readLong();
-          return new IOException(prefix + ep + " does not support " + r.readUTF());
-        }
+        return new IOException(prefix + ep + " does not support " + r.readUTF());
       case 60:
         return new IOException(
             prefix + ep + " requires authentication (AuthTokenCheckFailed); the JVM reader "
                 + "sends no token: read with format('segmentstore') and 'credentials'");
-      case 61:
-        {
-          r.readLong();
-          r.readUTF();
-          return new IOException(prefix + "the server refused the request: " + r.readUTF());
-        }
-      default:
-        return new IOException(
-            "segmentstore-jvm: " + ep + " sent an unexpected reply of type " + type
-                + " (segment '" + segment + "')");
+      default: // 61
+        r.readUTF();
+        return new IOException(prefix + "the server refused the request: " + r.readUTF());
     }
+  }
+
+  private static String name(int type) {
+    switch (type) {
+      case 50:
+        return "WrongHost";
+      case 51:
+        return "SegmentIsSealed";
+      case 53:
+        return "NoSuchSegment";
+      case 56:
+        return "SegmentIsTruncated";
+      case 57:
+        return "OperationUnsupported";
+      case 60:
+        return "AuthTokenCheckFailed";
+      case 61:
+        return "ErrorMessage";
+      default:
+        return null;
+    }
+  }
+
+  /** A segment that ends before the range planned from its length (it cannot shrink). */
+  static IOException shrank(String segment, long at, long plannedEnd) {
+    return new IOException(
+        "segmentstore-jvm: segment '" + segment + "' ends at offset " + at + ", before the end"
+            + " of the range planned from its length (" + plannedEnd + "): the server lost data"
+            + " or the segment was replaced while the query ran");
   }
 }

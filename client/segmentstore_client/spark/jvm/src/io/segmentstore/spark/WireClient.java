@@ -3,8 +3,11 @@
 // error replies turned into one IOException naming the segment. Layouts: the SDK's
 // protocol/commands_*.py and /work/shared/protocol/wire-protocol.md (sections 2-6); strings
 // are Java's modified UTF-8, which DataOutputStream.writeUTF/readUTF speak natively.
-// Every socket read is bounded by the read timeout; frames above the protocol's maximum
-// close the connection before their body is buffered. Not thread-safe: one per task.
+// The peer is not trusted: each reply must arrive whole within the timeout (one deadline
+// per reply, not per socket read), a frame above the protocol's maximum (16 MiB - 1) fails
+// before its body is buffered, and a reply must answer the request it is read for (its
+// request id, segment, offset, and no more bytes than asked); a short or garbled body,
+// a reset or a close is an IOException naming the segment. Not thread-safe: one per task.
 package io.segmentstore.spark;
 
 import java.io.BufferedInputStream;
@@ -15,10 +18,15 @@ import java.io.Closeable;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.EOFException;
+import java.io.FilterInputStream;
 import java.io.IOException;
+import java.io.UTFDataFormatException;
 import java.net.InetSocketAddress;
 import java.net.Socket;
+import java.net.SocketException;
 import java.net.SocketTimeoutException;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.UUID;
 
 final class WireClient implements Closeable {
@@ -73,8 +81,10 @@ final class WireClient implements Closeable {
   private final String endpoint;
   private final int timeoutMillis;
   private final Socket socket;
+  private final Deadline deadline;
   private final DataInputStream in;
   private final DataOutputStream out;
+  private final Map<Long, Integer> asked = new HashMap<>(); // read request id -> length
   private long nextId = 1;
   private byte[] lastFrame = new byte[0]; // the payload expect() returned last
 
@@ -93,14 +103,14 @@ final class WireClient implements Closeable {
           "segmentstore-jvm: cannot connect to " + endpoint + ": " + e.getMessage(), e);
     }
     this.socket = s;
-    this.in = new DataInputStream(new BufferedInputStream(s.getInputStream(), 1 << 16));
+    this.deadline = new Deadline(s);
+    this.in = new DataInputStream(new BufferedInputStream(deadline, 1 << 16));
     this.out = new DataOutputStream(new BufferedOutputStream(s.getOutputStream(), 1 << 12));
     ByteArrayOutputStream hello = new ByteArrayOutputStream();
     DataOutputStream h = new DataOutputStream(hello);
     h.writeInt(WIRE_VERSION);
     h.writeInt(OLDEST_VERSION);
-    send(HELLO, hello.toByteArray());
-    flush();
+    send(HELLO, hello.toByteArray(), "(hello)");
   }
 
   /** GetStreamSegmentInfo; a missing segment is an IOException naming it. */
@@ -110,21 +120,28 @@ final class WireClient implements Closeable {
     p.out.writeLong(id);
     p.out.writeUTF(segment);
     p.out.writeUTF("");
-    send(GET_INFO, p.bytes());
-    flush();
+    send(GET_INFO, p.bytes(), segment);
     DataInputStream r = expect(INFO, id, segment, -1);
-    r.readLong();
-    r.readUTF();
-    boolean exists = r.readBoolean();
-    boolean sealed = r.readBoolean();
-    boolean deleted = r.readBoolean();
-    r.readLong(); // last modified
-    long length = r.readLong();
-    long start = r.available() >= 8 ? r.readLong() : 0;
-    if (!exists || deleted) {
-      throw new IOException("segmentstore-jvm: segment '" + segment + "' does not exist");
+    try {
+      checkId(r.readLong(), id, "StreamSegmentInfo", segment);
+      checkSegment(r.readUTF(), segment, "StreamSegmentInfo");
+      boolean exists = r.readBoolean();
+      boolean sealed = r.readBoolean();
+      boolean deleted = r.readBoolean();
+      r.readLong(); // last modified
+      long length = r.readLong();
+      long start = r.available() >= 8 ? r.readLong() : 0;
+      if (!exists || deleted) {
+        throw new IOException("segmentstore-jvm: segment '" + segment + "' does not exist");
+      }
+      if (length < 0 || start < 0 || start > length) {
+        throw protocol(
+            "a StreamSegmentInfo with start offset " + start + " and length " + length, segment);
+      }
+      return new Info(start, length, sealed);
+    } catch (EOFException | UTFDataFormatException e) {
+      throw malformed("StreamSegmentInfo", segment, -1, e);
     }
-    return new Info(start, length, sealed);
   }
 
   /** GetSegmentAttribute: the value, or {@link #NULL_ATTRIBUTE} when unset. */
@@ -136,11 +153,14 @@ final class WireClient implements Closeable {
     p.out.writeLong(attribute.getMostSignificantBits());
     p.out.writeLong(attribute.getLeastSignificantBits());
     p.out.writeUTF("");
-    send(GET_ATTRIBUTE, p.bytes());
-    flush();
+    send(GET_ATTRIBUTE, p.bytes(), segment);
     DataInputStream r = expect(ATTRIBUTE, id, segment, -1);
-    r.readLong();
-    return r.readLong();
+    try {
+      checkId(r.readLong(), id, "SegmentAttribute", segment);
+      return r.readLong();
+    } catch (EOFException e) {
+      throw malformed("SegmentAttribute", segment, -1, e);
+    }
   }
 
   /** Sends a ReadSegment and returns its request id; {@link #readReply} collects it. */
@@ -152,83 +172,217 @@ final class WireClient implements Closeable {
     p.out.writeInt(length);
     p.out.writeUTF("");
     p.out.writeLong(id);
-    send(READ_SEGMENT, p.bytes());
-    flush();
+    send(READ_SEGMENT, p.bytes(), segment);
+    asked.put(id, length);
     return id;
   }
 
-  /** The SegmentRead answering request {@code id} (replies come in request order here). */
+  /**
+   * The SegmentRead answering request {@code id} (replies come in request order here): for
+   * this segment, at this offset, with at most the bytes asked for, or an IOException.
+   */
   Chunk readReply(String segment, long id, long offset) throws IOException {
+    Integer length = asked.remove(id);
+    if (length == null) {
+      throw new IllegalStateException("no read request " + id + " is outstanding");
+    }
     DataInputStream r = expect(SEGMENT_READ, id, segment, offset);
-    r.readUTF();
-    long at = r.readLong();
-    boolean tail = r.readBoolean();
-    boolean end = r.readBoolean();
-    int n = r.readInt();
-    if (n < 0 || n > r.available()) {
-      throw protocol("a SegmentRead whose data length " + n + " exceeds its frame");
+    try {
+      checkSegment(r.readUTF(), segment, "SegmentRead");
+      long at = r.readLong();
+      boolean tail = r.readBoolean();
+      boolean end = r.readBoolean();
+      int n = r.readInt();
+      if (at != offset) {
+        throw protocol("a SegmentRead at offset " + at + " for a read at " + offset, segment);
+      }
+      if (n < 0 || n > r.available()) {
+        throw malformed("SegmentRead", segment, offset,
+            new EOFException("its data length " + n + " runs past its frame"));
+      }
+      if (n > length) {
+        throw protocol(
+            "a SegmentRead of " + n + " bytes at offset " + offset + ", more than the " + length
+                + " asked for", segment);
+      }
+      int from = lastFrame.length - r.available();
+      if (r.skip(n) != n || (r.available() != 0 && r.available() < 8)) {
+        throw malformed("SegmentRead", segment, offset, new EOFException("trailing bytes"));
+      }
+      if (r.available() >= 8) {
+        checkId(r.readLong(), id, "SegmentRead", segment);
+      }
+      return new Chunk(at, tail, end, lastFrame, from, n);
+    } catch (EOFException | UTFDataFormatException e) {
+      throw malformed("SegmentRead", segment, offset, e);
     }
-    if (at != offset) {
-      throw protocol("a SegmentRead at offset " + at + " for a read at " + offset);
-    }
-    return new Chunk(at, tail, end, lastFrame, lastFrame.length - r.available(), n);
   }
 
   private DataInputStream expect(int type, long id, String segment, long offset)
       throws IOException {
     // Replies to other requests cannot arrive: this client has one request in flight per
-    // kind and reads replies in order. KeepAlive (100) frames are skipped.
-    for (int i = 0; i < 1000; i++) {
-      int t;
-      int len;
-      byte[] body;
-      try {
-        t = in.readInt();
-        len = in.readInt();
-        if (len < 0 || len > MAX_FRAME) {
-          throw protocol("a frame of type " + t + " declaring " + len + " bytes");
+    // kind and reads replies in order. KeepAlive (100) and Hello frames are skipped. The
+    // whole reply, however many frames and bytes, must arrive within the timeout.
+    deadline.start(timeoutMillis);
+    try {
+      for (int i = 0; i < 1000; i++) {
+        int t;
+        int len;
+        byte[] body;
+        try {
+          t = in.readInt();
+          len = in.readInt();
+          if (len < 0 || len > MAX_FRAME) {
+            throw protocol("a frame of type " + t + " declaring " + len + " bytes (the "
+                + "protocol's maximum is " + MAX_FRAME + ")", segment, offset);
+          }
+          body = new byte[len];
+          in.readFully(body);
+        } catch (SocketTimeoutException e) {
+          throw new IOException(
+              "segmentstore-jvm: no reply from " + endpoint + " within " + timeoutMillis
+                  + " ms (" + where(segment, offset) + ")", e);
+        } catch (EOFException e) {
+          throw new IOException(
+              "segmentstore-jvm: " + endpoint + " closed the connection (" + where(segment, offset)
+                  + ")", e);
+        } catch (SocketException e) {
+          throw new IOException(
+              "segmentstore-jvm: the connection to " + endpoint + " failed ("
+                  + where(segment, offset) + "): " + e.getMessage(), e);
         }
-        body = new byte[len];
-        in.readFully(body);
-      } catch (SocketTimeoutException e) {
-        throw new IOException(
-            "segmentstore-jvm: no reply from " + endpoint + " within " + timeoutMillis
-                + " ms (segment '" + segment + "')", e);
-      } catch (EOFException e) {
-        throw new IOException(
-            "segmentstore-jvm: " + endpoint + " closed the connection (segment '"
-                + segment + "')", e);
+        if (t == 100) {
+          continue;
+        }
+        DataInputStream r = new DataInputStream(new ByteArrayInputStream(body));
+        if (t == HELLO) {
+          checkHello(r, segment);
+          continue;
+        }
+        if (t == type) {
+          lastFrame = body;
+          return r;
+        }
+        try {
+          throw ReplyErrors.of(t, r, id, segment, offset, endpoint);
+        } catch (EOFException | UTFDataFormatException e) {
+          throw malformed("type-" + t, segment, offset, e);
+        }
       }
-      if (t == HELLO || t == 100) {
-        continue;
-      }
-      DataInputStream r = new DataInputStream(new ByteArrayInputStream(body));
-      if (t == type) {
-        lastFrame = body;
-        return r;
-      }
-      throw ReplyErrors.of(t, r, segment, offset, endpoint);
+      throw protocol("more than 1000 frames without the reply", segment, offset);
+    } finally {
+      deadline.stop();
     }
-    throw protocol("more than 1000 frames without the reply");
   }
 
-  private IOException protocol(String what) {
-    return new IOException("segmentstore-jvm: " + endpoint + " sent " + what);
+  private void checkHello(DataInputStream r, String segment) throws IOException {
+    try {
+      int high = r.readInt();
+      int low = r.readInt();
+      if (high < OLDEST_VERSION || low > WIRE_VERSION || low > high) {
+        throw protocol(
+            "a Hello for wire versions " + low + ".." + high + ", which this reader ("
+                + OLDEST_VERSION + ".." + WIRE_VERSION + ") does not speak", segment);
+      }
+    } catch (EOFException e) {
+      throw malformed("Hello", segment, -1, e);
+    }
   }
 
-  private void send(int type, byte[] payload) throws IOException {
-    out.writeInt(type);
-    out.writeInt(payload.length);
-    out.write(payload);
+  private void checkId(long got, long id, String reply, String segment) throws IOException {
+    if (got != id) {
+      throw protocol(
+          "a " + reply + " for request " + got + " while request " + id + " was waiting",
+          segment);
+    }
   }
 
-  private void flush() throws IOException {
-    out.flush();
+  private void checkSegment(String got, String segment, String reply) throws IOException {
+    if (!got.equals(segment)) {
+      throw protocol("a " + reply + " for segment '" + got + "'", segment);
+    }
+  }
+
+  static String where(String segment, long offset) {
+    return "segment '" + segment + "'" + (offset >= 0 ? ", offset " + offset : "");
+  }
+
+  private IOException protocol(String what, String segment) {
+    return protocol(what, segment, -1);
+  }
+
+  private IOException protocol(String what, String segment, long offset) {
+    return new IOException(
+        "segmentstore-jvm: " + endpoint + " sent " + what + " (" + where(segment, offset) + ")");
+  }
+
+  private IOException malformed(String reply, String segment, long offset, IOException e) {
+    return new IOException(
+        "segmentstore-jvm: " + endpoint + " sent a malformed " + reply + " reply ("
+            + where(segment, offset) + "): " + e, e);
+  }
+
+  private void send(int type, byte[] payload, String segment) throws IOException {
+    try {
+      out.writeInt(type);
+      out.writeInt(payload.length);
+      out.write(payload);
+      out.flush();
+    } catch (IOException e) {
+      throw new IOException(
+          "segmentstore-jvm: cannot send to " + endpoint + " (segment '" + segment + "'): "
+              + e.getMessage(), e);
+    }
   }
 
   @Override
   public void close() throws IOException {
     socket.close();
+  }
+
+  /**
+   * The socket's input with one deadline per reply: each read waits at most until the
+   * deadline, so a peer trickling a byte at a time cannot stretch a reply forever.
+   */
+  private static final class Deadline extends FilterInputStream {
+    private final Socket socket;
+    private long until; // System.nanoTime() deadline; 0: none (between replies)
+
+    Deadline(Socket socket) throws IOException {
+      super(socket.getInputStream());
+      this.socket = socket;
+    }
+
+    void start(int millis) {
+      until = System.nanoTime() + millis * 1_000_000L;
+    }
+
+    void stop() {
+      until = 0;
+    }
+
+    private void arm() throws IOException {
+      if (until == 0) {
+        return;
+      }
+      long left = (until - System.nanoTime()) / 1_000_000L;
+      if (left <= 0) {
+        throw new SocketTimeoutException("reply deadline passed");
+      }
+      socket.setSoTimeout((int) Math.min(left, Integer.MAX_VALUE));
+    }
+
+    @Override
+    public int read() throws IOException {
+      arm();
+      return super.read();
+    }
+
+    @Override
+    public int read(byte[] b, int off, int len) throws IOException {
+      arm();
+      return super.read(b, off, len);
+    }
   }
 
   private static final class Payload {
