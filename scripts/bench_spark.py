@@ -138,6 +138,11 @@ def main() -> int:
     )
     ap.add_argument("--batch-rows", help="the reads' batchRows option (default: the source's)")
     ap.add_argument("--no-jvm", action="store_true", help="skip the segmentstore-jvm reader's rows")
+    ap.add_argument(
+        "--jvm-jar",
+        help="the segmentstore-jvm jar to read with (default: jar_path(), this checkout's"
+        " sources); for A/B runs against a jar built from other sources",
+    )
     ns = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -151,7 +156,7 @@ def main() -> int:
             if not ns.no_jvm:
                 from segmentstore_client.spark.jvm import jar_path
 
-                builder = builder.config("spark.jars", jar_path())
+                builder = builder.config("spark.jars", ns.jvm_jar or jar_path())
             spark = (
                 builder.master(ns.master)
                 .appName("bench_spark")
@@ -180,7 +185,8 @@ def main() -> int:
             print(
                 f"{ns.rows:,} rows x {len(df.columns)} columns, master {ns.master}, "
                 f"fsync={ns.fsync if not ns.endpoint else 'as configured'}, "
-                f"{ns.runs} runs after a warm-up, load average {_load()}",
+                f"{ns.runs} runs after a warm-up, load average {_load()}"
+                + (f", jar {ns.jvm_jar}" if ns.jvm_jar else ""),
                 flush=True,
             )
 
