@@ -143,6 +143,12 @@ def main() -> int:
         help="the segmentstore-jvm jar to read with (default: jar_path(), this checkout's"
         " sources); for A/B runs against a jar built from other sources",
     )
+    ap.add_argument(
+        "--jvm-timing",
+        action="store_true",
+        help="the segmentstore-jvm reader prints a timing line per step on stderr"
+        " (-Dsegmentstore.jvm.timing=true: planning, connects, fetch, CRC, decode, Spark)",
+    )
     ns = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -157,6 +163,9 @@ def main() -> int:
                 from segmentstore_client.spark.jvm import jar_path
 
                 builder = builder.config("spark.jars", ns.jvm_jar or jar_path())
+                if ns.jvm_timing:
+                    timing = "-Dsegmentstore.jvm.timing=true"
+                    builder = builder.config("spark.driver.extraJavaOptions", timing)
             spark = (
                 builder.master(ns.master)
                 .appName("bench_spark")
