@@ -138,6 +138,17 @@ def main() -> int:
     )
     ap.add_argument("--batch-rows", help="the reads' batchRows option (default: the source's)")
     ap.add_argument("--no-jvm", action="store_true", help="skip the segmentstore-jvm reader's rows")
+    ap.add_argument(
+        "--jvm-jar",
+        help="the segmentstore-jvm jar to read with (default: jar_path(), this checkout's"
+        " sources); for A/B runs against a jar built from other sources",
+    )
+    ap.add_argument(
+        "--jvm-timing",
+        action="store_true",
+        help="the segmentstore-jvm reader prints a timing line per step on stderr"
+        " (-Dsegmentstore.jvm.timing=true: planning, connects, fetch, CRC, decode, Spark)",
+    )
     ns = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -151,7 +162,10 @@ def main() -> int:
             if not ns.no_jvm:
                 from segmentstore_client.spark.jvm import jar_path
 
-                builder = builder.config("spark.jars", jar_path())
+                builder = builder.config("spark.jars", ns.jvm_jar or jar_path())
+                if ns.jvm_timing:
+                    timing = "-Dsegmentstore.jvm.timing=true"
+                    builder = builder.config("spark.driver.extraJavaOptions", timing)
             spark = (
                 builder.master(ns.master)
                 .appName("bench_spark")
@@ -180,7 +194,8 @@ def main() -> int:
             print(
                 f"{ns.rows:,} rows x {len(df.columns)} columns, master {ns.master}, "
                 f"fsync={ns.fsync if not ns.endpoint else 'as configured'}, "
-                f"{ns.runs} runs after a warm-up, load average {_load()}",
+                f"{ns.runs} runs after a warm-up, load average {_load()}"
+                + (f", jar {ns.jvm_jar}" if ns.jvm_jar else ""),
                 flush=True,
             )
 

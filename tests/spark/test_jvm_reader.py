@@ -215,3 +215,62 @@ def test_other_types_nested_and_wide_decimals(spark: Any, endpoint: str, seg: st
     back = _jvm(spark, endpoint, seg)
     assert back.schema == df.schema
     assert sorted(back.collect()) == sorted(df.collect())
+
+
+def _planned(df: Any) -> Any:
+    """``df`` with its query planned: Spark asks the scan for its input partitions while
+    it prepares the physical plan, which ``df``'s later actions reuse."""
+    df._jdf.queryExecution().executedPlan()
+    return df
+
+
+def _event_length(endpoint: str, seg: str) -> int:
+    with sync.connect(endpoint) as c:
+        reader = c.reader(seg, 0)
+        try:
+            return 8 + len(reader.read_batch()[0].data)
+        finally:
+            reader.close()
+
+
+def test_a_segment_that_grew_after_planning(spark: Any, endpoint: str, seg: str) -> None:
+    """A query reads the events its plan saw, whole; the next query plans anew (the scan's
+    cached plan lives as long as one query, so a plan kept across queries fails here)."""
+    _write(_six(spark, 4_000), endpoint, seg, rowsPerEvent="1000")  # 4 events
+    df = _planned(_jvm(spark, endpoint, seg, partitionBytes="4096").select("id"))
+    _write(_six(spark, 6_000).where("id >= 4000"), endpoint, seg, rowsPerEvent="1000")
+    assert sorted(r.id for r in df.collect()) == list(range(4_000))
+    assert df.count() == 6_000  # a new query: planned again, sees the new events
+    assert df.where("id >= 3990").count() == 2_010
+
+
+def test_a_segment_truncated_after_planning(spark: Any, endpoint: str, seg: str) -> None:
+    _write(_six(spark, 3_000), endpoint, seg, rowsPerEvent="1000")
+    df = _planned(_jvm(spark, endpoint, seg).select("id"))
+    first = _event_length(endpoint, seg)
+    gone = {r.id for r in _jvm(spark, endpoint, seg, endOffset=str(first)).select("id").collect()}
+    assert 0 < len(gone) < 3_000
+    with sync.connect(endpoint) as c:
+        c.truncate(seg, first)  # the first event is gone
+    msg = _error(lambda: df)
+    assert f"segment '{seg}'" in msg and f"truncated at {first}" in msg, msg
+    got = sorted(r.id for r in _jvm(spark, endpoint, seg).select("id").collect())
+    assert got == sorted(set(range(3_000)) - gone)  # a new query plans from the new start
+
+
+def test_a_server_that_dies_between_planning_and_reading(
+    spark: Any, server_factory: Any, seg: str
+) -> None:
+    s = server_factory()
+    s.start()
+    _write(_six(spark, 2_000), s.endpoint, seg, rowsPerEvent="1000")
+    df = _planned(_jvm(spark, s.endpoint, seg, connectTimeout="2", timeout="5").select("id"))
+    assert _jvm(spark, s.endpoint, seg).count() == 2_000  # connections used and put back
+    s.kill()
+    t0 = time.monotonic()
+    msg = _error(lambda: df)
+    assert f"cannot connect to {s.endpoint.removeprefix('tcp://')}" in msg, msg
+    assert time.monotonic() - t0 < 15
+    s.restart()  # same port: connections kept from before the restart are dead
+    assert _jvm(spark, s.endpoint, seg).count() == 2_000
+    assert sorted(r.id for r in df.collect()) == list(range(2_000))

@@ -22,29 +22,60 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
   private final EventSource events;
   private final ArrowEvents arrow;
   private boolean inEvent;
+  // Timing (only with -Dsegmentstore.jvm.timing=true): nanoseconds per step.
+  private final long born = Timing.now();
+  private long outside = born; // when next() last returned
+  private long tFetch;
+  private long tCrc;
+  private long tDecode;
+  private long tSpark;
+  private int batches;
 
   ColumnarReader(ReadOptions o, StructType schema, Planner.Range range) throws IOException {
     this.range = range;
+    long t = Timing.now();
     this.events = new EventSource(
             new WireClient(o), range.segment, range.start, range.end, EventSource.READ_BYTES);
+    Timing.log("task-connect", t, range.toString());
     this.allocator = new RootAllocator(Long.MAX_VALUE);
     this.arrow = new ArrowEvents(allocator, schema);
   }
 
   @Override
   public boolean next() throws IOException {
+    if (!Timing.ON) {
+      return advance();
+    }
+    long t0 = System.nanoTime();
+    tSpark += t0 - outside;
+    boolean more = advance();
+    outside = System.nanoTime();
+    if (more) {
+      batches++;
+    }
+    return more;
+  }
+
+  private boolean advance() throws IOException {
     // Bounded: every pass either yields a batch or consumes one event of the range.
     while (true) {
+      long t = Timing.now();
       if (inEvent && arrow.next()) {
+        tDecode += Timing.now() - t;
         return true;
       }
       inEvent = false;
-      if (!events.next()) {
+      t = Timing.now();
+      boolean more = events.next();
+      tFetch += Timing.now() - t;
+      if (!more) {
         return false;
       }
+      t = Timing.now();
       Envelope e =
           Envelope.open(range.segment, events.offset, events.buf(), events.dataOffset,
               events.length);
+      tCrc += Timing.now() - t;
       if (!Envelope.ARROW.equals(e.contentType)) {
         String what =
             Envelope.MSGPACK.equals(e.contentType)
@@ -56,7 +87,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 + events.offset + " " + what + "; the JVM reader reads Arrow rows only: "
                 + "read it with format('segmentstore')");
       }
+      t = Timing.now();
       arrow.open(e, range.segment, events.offset);
+      tDecode += Timing.now() - t;
       inEvent = true;
     }
   }
@@ -68,6 +101,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public void close() throws IOException {
+    Timing.log(
+        "task", born,
+        String.format(
+            "%s fetch %.1f crc %.1f decode %.1f spark %.1f ms, %d batches", range,
+            tFetch / 1e6, tCrc / 1e6, tDecode / 1e6, tSpark / 1e6, batches));
     try {
       arrow.close();
     } finally {

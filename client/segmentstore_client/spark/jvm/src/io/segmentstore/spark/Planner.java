@@ -61,8 +61,13 @@ final class Planner {
   }
 
   static List<Range> plan(ReadOptions o) throws IOException {
+    long t = Timing.now();
     try (WireClient c = new WireClient(o)) {
+      Timing.log("plan-connect", t, "");
+      t = Timing.now();
       List<Range> spans = spans(o, c);
+      Timing.log("plan-info", t, "");
+      t = Timing.now();
       long total = 0;
       for (Range r : spans) {
         total += r.end - r.start;
@@ -82,6 +87,7 @@ final class Planner {
           }
         }
       }
+      Timing.log("plan-cuts", t, "");
       return parts;
     }
   }
@@ -126,6 +132,7 @@ final class Planner {
       }
       pos += 8L + length;
     }
+    Timing.log("plan-hops", 0, requests + " reads");
     cuts.add(end);
     return cuts;
   }

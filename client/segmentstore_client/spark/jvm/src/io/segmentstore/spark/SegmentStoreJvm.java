@@ -11,7 +11,6 @@ package io.segmentstore.spark;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.EnumSet;
-import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
@@ -51,10 +50,13 @@ public final class SegmentStoreJvm implements TableProvider, DataSourceRegister 
     if (o.schemaDdl != null) {
       return StructType.fromDDL(o.schemaDdl);
     }
+    long t = Timing.now();
     try {
       return inferFromData(o);
     } catch (IOException e) {
       throw new UncheckedIOException(e.getMessage(), e);
+    } finally {
+      Timing.log("infer-schema", t, String.join(",", o.segments));
     }
   }
 
@@ -153,6 +155,7 @@ public final class SegmentStoreJvm implements TableProvider, DataSourceRegister 
       implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
     private final ReadOptions options;
     private StructType schema;
+    private volatile InputPartition[] planned; // planInputPartitions' answer, once made
 
     SegmentScan(ReadOptions options, StructType schema) {
       this.options = options;
@@ -187,12 +190,22 @@ public final class SegmentStoreJvm implements TableProvider, DataSourceRegister 
 
     @Override
     public InputPartition[] planInputPartitions() {
+      // Spark asks twice per query (two copies of the BatchScanExec of one Scan); the
+      // second call gets the first one's ranges instead of another walk over the headers.
+      // A Scan is built per query, so a new query (even of the same DataFrame) plans anew.
+      InputPartition[] done = planned;
+      if (done != null) {
+        return done.clone();
+      }
+      long t = Timing.now();
       try {
-        List<Planner.Range> parts = Planner.plan(options);
-        return parts.toArray(new InputPartition[0]);
+        done = Planner.plan(options).toArray(new InputPartition[0]);
       } catch (IOException e) {
         throw new UncheckedIOException(e.getMessage(), e);
       }
+      Timing.log("plan", t, java.util.Arrays.toString(done));
+      planned = done;
+      return done.clone();
     }
 
     @Override
