@@ -150,6 +150,16 @@ def main() -> None:
             f"  commit {stage:<12}    p50 <= {bucket_quantile(m, fam, label, 0.5) * us:5.0f} us   "
             f"p99 <= {bucket_quantile(m, fam, label, 0.99) * us:5.0f} us   mean {mean * us:6.0f} us"
         )
+    fam = "segmentstore_gc_pause_seconds"
+    for gen in range(3):
+        label = f'generation="{gen}"'
+        n = m.get(f"{fam}_count{{{label}}}", 0.0)
+        total = m.get(f"{fam}_sum{{{label}}}", 0.0)
+        print(
+            f"  gc generation {gen}: {n:6.0f} pauses, "
+            f"p99 <= {bucket_quantile(m, fam, label, 0.99) * us:5.0f} us   "
+            f"mean {total / max(1.0, n) * us:6.0f} us"
+        )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,12 @@ SetupAppend's id) and to writers by writer id (DataAppended and friends). When t
 connection breaks, every waiter fails with :class:`ConnectionLost` and every route and
 writer is told once, so writers and readers can reconnect through the pool. Nothing here
 retries on its own.
+
+Sending: the first frame written in a loop turn goes to the transport at once (a lone
+event pays no extra turn); frames written after it in the same turn are held and go in ONE
+``writelines`` at the start of the next turn (or as soon as ``_CORK_BYTES`` are held, or on
+``drain()``), so a burst of events from many writers costs two send syscalls, not one per
+frame. Byte order is kept: while frames are held every write joins them.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ log = logging.getLogger("segmentstore_client")
 DEFAULT_PORT: Final = 12345
 TLS_SCHEMES: Final = ("tls", "ssl", "tcps", "pravegas")
 _KEEPALIVE_FRAME: Final = encode(KeepAlive())
+_CORK_BYTES: Final = 64 * 1024  # held frames beyond this go out at once (bounded buffer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +168,8 @@ class Connection(asyncio.Protocol):
         self._ka_sent = 0  # KeepAlives sent, and answered (the server echoes each one)
         self._ka_echoed = 0
         self._pings: list[tuple[int, asyncio.Future[None]]] = []
+        self._cork: list[bytes | bytearray | memoryview] | None = None  # held this turn
+        self._cork_bytes = 0
 
     # -- state -----------------------------------------------------------------------
 
@@ -251,8 +260,18 @@ class Connection(asyncio.Protocol):
         """
         if self._error is not None:
             raise self._error
-        assert self._transport is not None
-        self._transport.write(data)
+        cork = self._cork
+        if cork is None:  # the turn's first frame: send now, hold what follows this turn
+            assert self._transport is not None
+            self._transport.write(data)
+            self._cork = []
+            self.loop.call_soon(self._uncork)
+            return
+        # Held until the next turn: a caller's buffer may change after write() returns.
+        cork.append(data if type(data) is bytes else bytes(data))
+        self._cork_bytes += len(data)
+        if self._cork_bytes >= _CORK_BYTES:
+            self._uncork(False)
 
     def writelines(self, chunks: list[bytes]) -> None:
         """Queue several pre-encoded frames with one call.
@@ -261,8 +280,30 @@ class Connection(asyncio.Protocol):
         """
         if self._error is not None:
             raise self._error
-        assert self._transport is not None
-        self._transport.writelines(chunks)
+        cork = self._cork
+        if cork is None:
+            assert self._transport is not None
+            self._transport.writelines(chunks)
+            self._cork = []
+            self.loop.call_soon(self._uncork)
+            return
+        cork.extend(chunks)
+        self._cork_bytes += sum(map(len, chunks))
+        if self._cork_bytes >= _CORK_BYTES:
+            self._uncork(False)
+
+    def _uncork(self, turn_over: bool = True) -> None:
+        """Send the frames held since the turn's first one, in one call. At the start of
+        the next turn (``turn_over``) the next write goes straight out again; otherwise
+        (the bound, ``drain``) writes stay held behind a first one until then."""
+        cork = self._cork
+        if cork is None:
+            return
+        self._cork = None if turn_over else []
+        self._cork_bytes = 0
+        if cork and self._error is None:
+            assert self._transport is not None
+            self._transport.writelines(cork)
 
     def send(self, command: Command) -> None:
         """Encode and queue one command; no reply is awaited.
@@ -278,6 +319,8 @@ class Connection(asyncio.Protocol):
         """
         if self._error is not None:
             raise self._error
+        if self._cork:  # held frames count: the transport must see them to push back
+            self._uncork(False)
         if self._write_paused:
             fut = self.loop.create_future()
             self._drain_waiters.append(fut)
@@ -448,6 +491,7 @@ class Connection(asyncio.Protocol):
         if self._error is not None:
             return
         self._error = error
+        self._cork = None  # held frames are dropped, as abort() drops the transport's
         if self._ka_handle is not None:
             self._ka_handle.cancel()
         if self._transport is not None:

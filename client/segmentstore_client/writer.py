@@ -44,7 +44,7 @@ from .errors import EventTooLarge, SegmentStoreError, WriterClosed
 from .pool import Backoff, within
 from .protocol import NULL_ATTRIBUTE_VALUE, ConditionalAppend, encode
 from .protocol.events import MAX_EVENT_SIZE
-from .writer_blocks import ONLY_BYTES, Ack, Block, as_bytes, cut, event_too_large
+from .writer_blocks import ONLY_BYTES, Ack, AckFuture, Block, as_bytes, cut, event_too_large
 from .writer_session import WriterSession
 from .writer_state import WriterInput, WriterState
 
@@ -328,7 +328,7 @@ class EventWriter(WriterSession):
     def _begin_batch(self) -> None:
         loop = self._loop
         assert loop is not None
-        fut = self._batch_fut = loop.create_future()
+        fut = self._batch_fut = AckFuture(loop=loop)
         self._batch_ack = Ack(fut)
         if self._flush_handle is None:
             if self._inflight or self._unsent:
@@ -456,7 +456,7 @@ class EventWriter(WriterSession):
             self._seal()
         loop = self._loop
         assert loop is not None
-        fut: asyncio.Future[None] = loop.create_future()
+        fut: asyncio.Future[None] = AckFuture(loop=loop)
         frame = encode(ConditionalAppend(self.writer_id, number, expected_offset, data, self._rid))
         size = len(data) + 8
         block = Block(number, 1, frame, size, fut, conditional=True)

@@ -5,7 +5,9 @@ Contract: no I/O and no session state. A :class:`Block` holds contiguous event n
 ``last - count + 1 .. last`` as one ready-to-send frame (built with one join around the
 head and tail from ``protocol.append_block_end_parts``); :func:`trim_block` drops the
 events a server already holds; :class:`Ack` is the awaitable handed to callers, shared by
-the events of one block.
+the events of one block. A block's future is an :class:`AckFuture`: settling it settles
+each awaiting Ack's own waiter at once, so the awaiting task resumes one loop turn after
+the ack's bytes are read (``asyncio.shield`` took two: its inner callback, then the task).
 """
 
 from __future__ import annotations
@@ -53,6 +55,52 @@ def event_too_large(size: int) -> EventTooLarge:
     return EventTooLarge(f"event of {size} bytes exceeds the {MAX_EVENT_SIZE}-byte maximum")
 
 
+class AckFuture(asyncio.Future[None]):
+    """The future of a batch of events, which several :class:`Ack` awaits may share.
+
+    Each await registers a waiter future of its own; settling this future settles every
+    waiter in the same call (no callback hop). Cancelling an awaiting task cancels only its
+    waiter, never the shared ack (what ``asyncio.shield`` guaranteed).
+    """
+
+    __slots__ = ("waiters",)
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self.waiters: list[asyncio.Future[None]] | None = None
+
+    def set_result(self, result: None, /) -> None:
+        super().set_result(result)
+        self._wake()
+
+    def set_exception(self, exception: type | BaseException, /) -> None:
+        super().set_exception(exception)
+        self._wake()
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        cancelled = super().cancel(msg)
+        if cancelled:
+            self._wake()
+        return cancelled
+
+    def _wake(self) -> None:
+        waiters = self.waiters
+        if not waiters:
+            return
+        self.waiters = None
+        if self.cancelled():
+            for w in waiters:
+                w.cancel()
+            return
+        exc = self.exception()  # retrieved here: each waiter's task gets it
+        for w in waiters:
+            if not w.done():
+                if exc is None:
+                    w.set_result(None)
+                else:
+                    w.set_exception(exc)
+
+
 class Ack:
     """Awaitable acknowledgement of a write: resolves when the server made the event
     durable (awaiting returns None), or raises the error that stopped it.
@@ -75,7 +123,15 @@ class Ack:
     def __await__(self) -> Generator[Any, None, None]:
         fut = self._fut
         if not fut.done():
-            yield from asyncio.shield(fut).__await__()
+            if type(fut) is AckFuture:
+                waiter: asyncio.Future[None] = fut.get_loop().create_future()
+                if fut.waiters is None:
+                    fut.waiters = [waiter]
+                else:
+                    fut.waiters.append(waiter)
+                yield from waiter.__await__()
+            else:
+                yield from asyncio.shield(fut).__await__()
         return fut.result()
 
     def done(self) -> bool:
