@@ -274,3 +274,29 @@ def test_a_server_that_dies_between_planning_and_reading(
     s.restart()  # same port: connections kept from before the restart are dead
     assert _jvm(spark, s.endpoint, seg).count() == 2_000
     assert sorted(r.id for r in df.collect()) == list(range(2_000))
+
+
+def test_an_overwrite_base_past_the_end_is_damage_not_an_empty_read(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    """The overwrite base is set atomically with an overwrite's merge, so it never lies past
+    the segment's end; a value there (a damaged attribute) must fail both readers with one
+    line, not read as an empty segment. Broken once: without the check both read 0 rows."""
+    from segmentstore_client.spark.options import BASE_ATTRIBUTE
+
+    _write(_six(spark, 1_000), endpoint, seg)
+    with sync.connect(endpoint) as c:
+        length = c.segment_info(seg).length
+        assert c.compare_and_set_attribute(seg, BASE_ATTRIBUTE, length + 4096, None)
+    for read in (
+        lambda: _jvm(spark, endpoint, seg),
+        lambda: spark.read.format("segmentstore")
+        .option("endpoint", endpoint)
+        .option("segment", seg)
+        .load(),
+    ):
+        msg = _error(read)
+        assert f"overwrite base {length + 4096} lies outside [0, {length}]" in msg, msg
+    with sync.connect(endpoint) as c:  # the honest base (the end) reads as empty
+        assert c.compare_and_set_attribute(seg, BASE_ATTRIBUTE, length, length + 4096)
+    assert _jvm(spark, endpoint, seg, schema="id bigint").count() == 0

@@ -342,6 +342,13 @@ def readable_start(client: SyncClient, segment: str, info: SegmentInfo) -> int:
     """Where a segment's current contents start: its start offset, or the base an
     overwrite set atomically with merging the new contents (see :mod:`.commit`)."""
     base = client.get_attribute(segment, BASE_ATTRIBUTE)
+    if base is not None and not 0 <= base <= info.length:
+        # An overwrite sets the base atomically with merging the new contents, so it is
+        # never past the end: a value outside [0, length] is damage, not an empty segment.
+        raise CorruptRecord(
+            f"segment {segment!r}: its overwrite base {base} lies outside [0, {info.length}] "
+            "(a damaged attribute; nothing was read)"
+        )
     return max(info.start_offset, base or 0)
 
 

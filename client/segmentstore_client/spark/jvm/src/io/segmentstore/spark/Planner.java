@@ -50,6 +50,12 @@ final class Planner {
     for (String seg : o.segments) {
       WireClient.Info info = c.info(seg);
       long base = c.attribute(seg, BASE_ATTRIBUTE);
+      if (base != WireClient.NULL_ATTRIBUTE && (base < 0 || base > info.length)) {
+        // Set atomically with an overwrite's merge, so never past the end: damage, not empty.
+        throw new IOException(
+            "segmentstore-jvm: segment '" + seg + "': its overwrite base " + base
+                + " lies outside [0, " + info.length + "] (a damaged attribute; nothing was read)");
+      }
       long start = Math.max(info.startOffset, base == WireClient.NULL_ATTRIBUTE ? 0 : base);
       start = Math.max(start, Math.max(o.startOffset, 0));
       long end = o.endOffset < 0 ? info.length : Math.min(info.length, o.endOffset);
