@@ -290,10 +290,12 @@ def test_an_overwrite_base_past_the_end_is_damage_not_an_empty_read(
         assert c.compare_and_set_attribute(seg, BASE_ATTRIBUTE, length + 4096, None)
     for read in (
         lambda: _jvm(spark, endpoint, seg),
-        lambda: spark.read.format("segmentstore")
-        .option("endpoint", endpoint)
-        .option("segment", seg)
-        .load(),
+        lambda: (
+            spark.read.format("segmentstore")
+            .option("endpoint", endpoint)
+            .option("segment", seg)
+            .load()
+        ),
     ):
         msg = _error(read)
         assert f"overwrite base {length + 4096} lies outside [0, {length}]" in msg, msg
