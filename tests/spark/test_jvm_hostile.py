@@ -47,27 +47,15 @@ from segmentstore_client.protocol.commands import (
     StreamSegmentInfo,
     WrongHost,
 )
-from segmentstore_client.spark.jvm import FORMAT, JvmBuildError, jar_path
+from segmentstore_client.spark.jvm import FORMAT
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("jvm_jar")]  # conftest: skip without a JDK
 
 ARROW = b"application/vnd.apache.arrow.stream"
 NULL_ATTRIBUTE = -(2**63)
 RESET = "reset"
 Step = bytes | float | str
 Lie = Callable[[Command], Sequence[Step] | None]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _jar() -> None:
-    try:
-        jar_path()
-    except JvmBuildError as e:  # the same rule as test_jvm_reader.py
-        import os
-
-        if "JDK" in str(e) and "none found" in str(e) and os.environ.get("CI") != "true":
-            pytest.skip(str(e))
-        raise
 
 
 # -- building events -----------------------------------------------------------------------

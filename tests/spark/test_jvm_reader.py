@@ -8,7 +8,6 @@ tests are skipped.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,19 +16,7 @@ import pytest
 from segmentstore_client import records, sync
 from segmentstore_client.spark.jvm import FORMAT, JvmBuildError, jar_path
 
-pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _jar() -> None:
-    """Skips only where there is no JDK at all (scripts/test installs one where apt can, and
-    CI=true never skips); a compiler error or missing PySpark jars fail the tests."""
-    try:
-        jar_path()
-    except JvmBuildError as e:
-        if "JDK" in str(e) and "none found" in str(e) and os.environ.get("CI") != "true":
-            pytest.skip(str(e))
-        raise
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("jvm_jar")]  # conftest: skip without a JDK
 
 
 def _six(spark: Any, n: int) -> Any:
