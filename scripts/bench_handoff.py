@@ -25,8 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import uvloop  # noqa: E402
+from bench_latency import line  # noqa: E402
 
 from segmentstore.storage.log_thread import LogThread  # noqa: E402
 
@@ -63,11 +65,7 @@ async def measure(fd: int, n: int, busy_us: float, gap: float, every: float) -> 
     running = False
     log_thread.shutdown()
     for name, xs in (("in ", ins), ("out", outs)):
-        xs.sort()
-        print(
-            f"{name}  p50 {xs[len(xs) // 2] * 1e6:6.0f} us   p99 {xs[int(len(xs) * 0.99)] * 1e6:6.0f} us"
-            f"   mean {sum(xs) / len(xs) * 1e6:6.0f} us"
-        )
+        print(line(name, sorted(xs)))
 
 
 def main() -> None:
