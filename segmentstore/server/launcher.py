@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 READY = re.compile(r"listening on ([0-9.]+):(\d+)")
 METRICS = re.compile(r"metrics on https?://([0-9.]+):(\d+)/metrics")
@@ -112,6 +113,7 @@ class ServerProcess:
             line = stderr.readline()
             if not line:
                 self.proc.wait(10)
+                stderr.close()
                 raise RuntimeError(
                     f"server exited with {self.proc.returncode} during startup:\n"
                     + "".join(self.log[-50:])
@@ -126,13 +128,15 @@ class ServerProcess:
                 break
         else:
             self.kill()
+            stderr.close()
             raise RuntimeError("server did not become ready:\n" + "".join(self.log[-50:]))
         threading.Thread(target=self._drain, args=(stderr,), daemon=True).start()
 
-    def _drain(self, stream: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            if len(self.log) < MAX_LOG_LINES:
-                self.log.append(line)
+    def _drain(self, stream: TextIO) -> None:
+        with stream:  # closed at the child's end: no unclosed-file warning in the caller
+            for line in stream:
+                if len(self.log) < MAX_LOG_LINES:
+                    self.log.append(line)
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM and wait; returns the exit code (SIGKILL after ``timeout``, re-raised)."""
