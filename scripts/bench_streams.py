@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +60,11 @@ import segmentstore_client as sc  # noqa: E402
 
 from segmentstore.server.launcher import ServerProcess  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "scripts"))
+from null_server import NullServerProcess  # noqa: E402
+
 CONTROLLER = re.compile(r"controller on (tcp://[0-9.]+:\d+)")
+NULL_HOST = "127.0.0.2"  # loopback: the null server listens here on the controller's data port
 
 # Runs in a child process: the official client's blocking calls hold the GIL.
 CHILD = r"""
@@ -143,6 +148,8 @@ _SAMPLES = {
     "ack_count": "segmentstore_append_latency_seconds_count",
     "fsync_sum": 'segmentstore_commit_stage_seconds_sum{stage="fdatasync"}',
     "commits": 'segmentstore_commit_stage_seconds_count{stage="fdatasync"}',
+    "reads": "segmentstore_reads_total",  # a byte stream's prefetching reader
+    "read_bytes": "segmentstore_read_bytes_total",
 }
 
 
@@ -210,6 +217,13 @@ class Case:
         blocks = d.get("blocks", 0.0)
         if not blocks:
             return ""
+        if "ack_sum" not in d:  # the null server: no ack time, no commits
+            return (
+                f"{blocks:>7,.0f} blocks, {events / blocks:5.1f} ev/block, "
+                f"cycle {self.seconds * segments / blocks * 1e3:5.2f} ms, "
+                f"CPU null server {d['cpu'] / self.seconds:4.0%} client {self.client_cpu / self.seconds:4.0%}"
+                + (f", event in client {self.inflight / self.rate * 1e3:4.2f} ms" if self.inflight else "")
+            )  # fmt: skip
         ack = d["ack_sum"] / max(d["ack_count"], 1.0)
         fsync = d["fsync_sum"] / max(d["commits"], 1.0)
         cycle = self.seconds * segments / blocks
@@ -223,12 +237,18 @@ class Case:
             + self.little(ack)
         )
 
+    def reads(self) -> str:
+        d = self.delta
+        if not d.get("reads"):
+            return ""
+        return f", {d['reads']:,.0f} reads ({d['read_bytes'] / 2**20:,.1f} MiB)"
+
     def at_floor(self, segments: int) -> float:
         """The rate projected for a server whose ack took one bare fdatasync (the least an
         fsync=always ack can take), the same blocks and the same client time per cycle."""
         d = self.delta
         blocks = d.get("blocks", 0.0)
-        if not blocks or not self.inflight:
+        if not blocks or not self.inflight or "ack_sum" not in d:
             return 0.0
         ack = d["ack_sum"] / max(d["ack_count"], 1.0)
         fsync = d["fsync_sum"] / max(d["commits"], 1.0)
@@ -242,6 +262,113 @@ class Case:
             return ""
         stay = self.inflight / self.rate
         return f", event in client {stay * 1e3:4.2f} ms (server ack {ack / stay:4.0%} of it)"
+
+
+@dataclass
+class Backend:
+    """Where a row's data path goes: ``label`` "" is the real server, "null" the null data
+    server (``scripts/null_server.py``) behind a real controller; ``sample`` reads its
+    counters (the keys of ``_SAMPLES`` it has, plus "bytes" for the null server)."""
+
+    label: str
+    uri: str
+    sample: Callable[[], dict[str, float]]
+
+
+def null_backend(fsync: str, data: Path) -> tuple[Backend, ServerProcess, NullServerProcess]:
+    """A real ``segmentstore serve`` for the controller whose ``getURI`` hands out
+    127.0.0.2 and its own port, and the null server listening there: the official client
+    asks the real controller and sends its data to the null server."""
+    ctl = ServerProcess(data, ["--controller-port", "0", "--fsync", fsync, "--advertised-host", NULL_HOST])  # fmt: skip
+    ctl.start()
+    null = NullServerProcess(NULL_HOST, ctl.port).start()
+    m = next(filter(None, (CONTROLLER.search(line) for line in ctl.log)), None)
+    if m is None:
+        raise SystemExit("the null run's server did not start its controller")
+
+    def sample() -> dict[str, float]:
+        c = null.stats()
+        if scrape(ctl)["blocks"]:  # the data path must not reach the real store
+            raise SystemExit("appends reached the controller's own store, not the null server")
+        blocks = c.get("blocks", 0) + c.get("conditional_blocks", 0)
+        return {"blocks": blocks, "events": c.get("events", 0), "bytes": c.get("bytes", 0),
+                "reads": c.get("ReadSegment", 0), "read_bytes": 0, "cpu": null.cpu()}  # fmt: skip
+
+    return Backend("null", m.group(1), sample), ctl, null
+
+
+def run_rows(a: argparse.Namespace, backends: list[Backend], endpoint: str) -> dict[str, Case]:
+    """Every row on every backend, interleaved (row by row, backend by backend) in each
+    round; each case keeps its best round."""
+    cases: dict[str, Case] = {}
+    for n in range(a.repeat):
+        for name, _segs, job in plan(a):
+            for b in backends:
+                before = b.sample()
+                label = f"{name} {b.label}".strip()
+                stream = f"{label.replace('/', '').replace(' ', '-')}-{n}"
+                r = child({**job, "uri": b.uri, "stream": stream, "events": a.events, "size": a.size})  # fmt: skip
+                after = b.sample()
+                if b.label and after["bytes"] - before["bytes"] < a.events * a.size:
+                    raise SystemExit(f"{label}: the null server did not see the events")
+                seconds = float(r["seconds"])  # type: ignore[arg-type]
+                best = cases.setdefault(label, Case())
+                if a.events / seconds > best.rate:
+                    best.rate, best.seconds = a.events / seconds, seconds
+                    best.client_cpu = float(r["cpu"])  # type: ignore[arg-type]
+                    best.inflight = int(job.get("inflight", 0))  # type: ignore[call-overload]
+                    best.delta = {k: after[k] - before[k] for k in after}
+        if not a.ceiling:
+            seconds = asyncio.run(segment_path(endpoint, f"sdk-{n}", a.events, a.size))
+            best = cases.setdefault("sdk-segment", Case())
+            best.rate = max(best.rate, a.events / seconds)
+    return cases
+
+
+def plan(a: argparse.Namespace) -> list[tuple[str, int, dict[str, object]]]:
+    rows: list[tuple[str, int, dict[str, object]]] = []
+    for segs in (1, 8):  # like with like: the same client, the same segment count
+        rows.append((f"stream/{segs}", segs, {"op": "write", "segments": segs, "inflight": a.inflight}))  # fmt: skip
+        rows.append((f"segment/{segs}", segs, {"op": "bytes", "segments": segs}))
+    rows.append(("stream/8 wide", 8, {"op": "write", "segments": 8, "inflight": a.wide_inflight}))  # fmt: skip
+    return rows
+
+
+def report(a: argparse.Namespace, cases: dict[str, Case]) -> None:
+    segments = {name: segs for name, segs, _ in plan(a)}
+    for label, case in cases.items():
+        name, null = label.removesuffix(" null"), label.endswith(" null")
+        segs = segments.get(name, 1)
+        base = cases[f"segment/{segs}{' null' if null else ''}"]
+        line = f"  {label:<18} {case.rate:>9,.0f} events/s {case.rate / base.rate:6.1%} of segment/{segs}"  # fmt: skip
+        if null:  # its share of the real server's segment/N too
+            line += f" null, {case.rate / cases[f'segment/{segs}'].rate:6.1%} of the real segment/{segs}"  # fmt: skip
+        if not a.no_explain and name in segments:
+            line += "  " + case.explain(segs, a.events) + case.reads()
+            floor = case.at_floor(segs)
+            if floor:
+                line += f"; at a one-fdatasync ack {floor:,.0f} events/s ({floor / base.rate:.0%})"
+        print(line)
+    if a.ceiling:
+        for name in ("stream/1", "stream/8", "stream/8 wide"):
+            segs = segments[name]
+            share = cases[f"{name} null"].rate / cases[f"segment/{segs}"].rate
+            verdict = "reachable" if share >= 0.9 else "out of reach for any server"
+            print(f"  {name} against the null server: {share:.1%} of segment/{segs} against the real server (fsync={a.fsync}): 90 % {verdict}")  # fmt: skip
+
+
+def create_streams(a: argparse.Namespace, server: ServerProcess, uri: str) -> None:
+    load0, before = os.getloadavg()[0], metrics(server)
+    r = child({"op": "create", "uri": uri, "count": a.streams})
+    load1, after = os.getloadavg()[0], metrics(server)
+    lat = sorted(float(x) * 1000 for x in r["latencies"])  # type: ignore[attr-defined]
+    p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
+    over = sum(1 for x in lat if x > 20)
+    print(
+        f"  createStream x{a.streams} (fsync={a.fsync}, load average {load0:.1f}-{load1:.1f}): "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms; "
+        f"client saw {over} over 20 ms\n    {slow_share(before, after)}"
+    )
 
 
 def main() -> int:
@@ -261,66 +388,37 @@ def main() -> int:
     p.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
     p.add_argument("--no-explain", action="store_true", help="skip the server-side columns")
     p.add_argument("--only-create", action="store_true", help="time createStream only")
+    p.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="every row also against the null data server, interleaved (no createStream)",
+    )
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        server = ServerProcess(Path(data), ["--controller-port", "0", "--fsync", a.fsync])
+        server = ServerProcess(Path(data, "real"), ["--controller-port", "0", "--fsync", a.fsync])
         server.start()
+        extra: list[ServerProcess | NullServerProcess] = []
         try:
             m = next(filter(None, (CONTROLLER.search(line) for line in server.log)), None)
             if m is None:
                 raise SystemExit("server did not start its controller")
-            endpoint, uri = server.endpoint, m.group(1)
-            cases: dict[str, Case] = {}
-            plan: list[tuple[str, int, dict[str, object]]] = []
-            for segs in (1, 8):  # like with like: the same client, the same segment count
-                plan.append((f"stream/{segs}", segs, {"op": "write", "segments": segs, "inflight": a.inflight}))  # fmt: skip
-                plan.append((f"segment/{segs}", segs, {"op": "bytes", "segments": segs}))
-            plan.append(("stream/8 wide", 8, {"op": "write", "segments": 8, "inflight": a.wide_inflight}))  # fmt: skip
+            backends = [Backend("", m.group(1), lambda: scrape(server))]
+            if a.ceiling:
+                null, ctl, nulls = null_backend(a.fsync, Path(data, "null"))
+                extra += [ctl, nulls]
+                backends.append(null)
             if not a.only_create:
                 print(
                     f"best of {a.repeat} rounds, fsync={a.fsync}, {a.events} events of {a.size} B, "
-                    f"official writer max_inflight_events={a.inflight} ('wide': {a.wide_inflight})"
+                    f"official writer max_inflight_events={a.inflight} ('wide': {a.wide_inflight}), "
+                    f"load average {os.getloadavg()[0]:.1f}"
                 )
-            for n in range(a.repeat if not a.only_create else 0):  # interleaved rounds
-                for name, _segs, job in plan:
-                    before = scrape(server)
-                    stream = f"{name.replace('/', '').replace(' ', '-')}-{n}"
-                    r = child({**job, "uri": uri, "stream": stream, "events": a.events, "size": a.size})  # fmt: skip
-                    after = scrape(server)
-                    seconds = float(r["seconds"])  # type: ignore[arg-type]
-                    best = cases.setdefault(name, Case())
-                    if a.events / seconds > best.rate:
-                        best.rate, best.seconds = a.events / seconds, seconds
-                        best.client_cpu = float(r["cpu"])  # type: ignore[arg-type]
-                        best.inflight = int(job.get("inflight", 0))  # type: ignore[call-overload]
-                        best.delta = {k: after[k] - before[k] for k in after}
-                seconds = asyncio.run(segment_path(endpoint, f"sdk-{n}", a.events, a.size))
-                best = cases.setdefault("sdk-segment", Case())
-                best.rate = max(best.rate, a.events / seconds)
-            segments = {name: segs for name, segs, _ in plan}
-            for name, case in cases.items():
-                base = cases[f"segment/{segments.get(name, 1)}"]
-                ratio = case.rate / base.rate
-                line = f"  {name:<13} {case.rate:>9,.0f} events/s {ratio:6.1%} of segment/{segments.get(name, 1)}"  # fmt: skip
-                if not a.no_explain and name in segments:
-                    line += "  " + case.explain(segments[name], a.events)
-                    floor = case.at_floor(segments[name])
-                    if floor:
-                        line += f"; at a one-fdatasync ack {floor:,.0f} events/s ({floor / base.rate:.0%})"
-                print(line)
-            load0, before = os.getloadavg()[0], metrics(server)
-            r = child({"op": "create", "uri": uri, "count": a.streams})
-            load1, after = os.getloadavg()[0], metrics(server)
-            lat = sorted(float(x) * 1000 for x in r["latencies"])  # type: ignore[attr-defined]
-            p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
-            over = sum(1 for x in lat if x > 20)
-            print(
-                f"  createStream x{a.streams} (fsync={a.fsync}, load average {load0:.1f}-{load1:.1f}): "
-                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms; "
-                f"client saw {over} over 20 ms\n    {slow_share(before, after)}"
-            )
+                report(a, run_rows(a, backends, server.endpoint))
+            if not a.ceiling:
+                create_streams(a, server, backends[0].uri)
         finally:
-            server.kill()
+            for proc in (server, *extra):
+                proc.kill() if isinstance(proc, ServerProcess) else proc.stop()
     return 0
 
 
