@@ -148,6 +148,10 @@ _SAMPLES = {
     "ack_count": "segmentstore_append_latency_seconds_count",
     "fsync_sum": 'segmentstore_commit_stage_seconds_sum{stage="fdatasync"}',
     "commits": 'segmentstore_commit_stage_seconds_count{stage="fdatasync"}',
+    **{
+        st: f'segmentstore_commit_stage_seconds_sum{{stage="{st}"}}'
+        for st in ("handoff_in", "handoff_out", "apply")
+    },
     "reads": "segmentstore_reads_total",  # a byte stream's prefetching reader
     "read_bytes": "segmentstore_read_bytes_total",
 }
@@ -220,17 +224,21 @@ class Case:
         if "ack_sum" not in d:  # the null server: no ack time, no commits
             return (
                 f"{blocks:>7,.0f} blocks, {events / blocks:5.1f} ev/block, "
-                f"cycle {self.seconds * segments / blocks * 1e3:5.2f} ms, "
+                + (f"replies held {d['held_us'] / d['held'] / 1e3:4.2f} ms, " if d.get("held") else "")
+                + f"cycle {self.seconds * segments / blocks * 1e3:5.2f} ms, "
                 f"CPU null server {d['cpu'] / self.seconds:4.0%} client {self.client_cpu / self.seconds:4.0%}"
                 + (f", event in client {self.inflight / self.rate * 1e3:4.2f} ms" if self.inflight else "")
             )  # fmt: skip
         ack = d["ack_sum"] / max(d["ack_count"], 1.0)
         fsync = d["fsync_sum"] / max(d["commits"], 1.0)
+        commit_ms = 1e3 / max(d["commits"], 1.0)  # a stage's sum -> its mean per commit, ms
         cycle = self.seconds * segments / blocks
         return (
             f"{blocks:>7,.0f} blocks, {events / blocks:5.1f} ev/block, "
             f"{blocks / max(d['commits'], 1.0):4.1f} blocks/commit, "
             f"server ack {ack * 1e3:5.2f} ms (fdatasync {fsync * 1e3:4.2f} ms, "
+            f"hand-offs in/out {d['handoff_in'] * commit_ms:4.2f}/{d['handoff_out'] * commit_ms:4.2f} ms, "
+            f"apply {d['apply'] * commit_ms:4.2f} ms, "
             f"a commit every {self.seconds / max(d['commits'], 1.0) * 1e3:4.2f} ms), "
             f"cycle {cycle * 1e3:5.2f} ms, server share {ack / cycle:4.0%}, "
             f"CPU server {d['cpu'] / self.seconds:4.0%} client {self.client_cpu / self.seconds:4.0%}"
@@ -266,19 +274,24 @@ class Case:
 
 @dataclass
 class Backend:
-    """Where a row's data path goes: ``label`` "" is the real server, "null" the null data
-    server (``scripts/null_server.py``) behind a real controller; ``sample`` reads its
-    counters (the keys of ``_SAMPLES`` it has, plus "bytes" for the null server)."""
+    """Where a row's data path goes: ``label`` "real" is the real server, "null" the null
+    data server (``scripts/null_server.py``) behind a real controller, "null+Xms" the same
+    with every reply held X ms; ``sample`` reads its counters (the keys of ``_SAMPLES`` it
+    has, plus "bytes" for the null server); ``prepare`` runs before each case."""
 
     label: str
     uri: str
     sample: Callable[[], dict[str, float]]
+    prepare: Callable[[], None] = lambda: None
 
 
-def null_backend(fsync: str, data: Path) -> tuple[Backend, ServerProcess, NullServerProcess]:
+def null_backends(
+    fsync: str, data: Path, delays_ms: list[float]
+) -> tuple[list[Backend], ServerProcess, NullServerProcess]:
     """A real ``segmentstore serve`` for the controller whose ``getURI`` hands out
     127.0.0.2 and its own port, and the null server listening there: the official client
-    asks the real controller and sends its data to the null server."""
+    asks the real controller and sends its data to the null server. One backend per ack
+    delay (0 first), all on the same null server (the delay is set before each case)."""
     ctl = ServerProcess(data, ["--controller-port", "0", "--fsync", fsync, "--advertised-host", NULL_HOST])  # fmt: skip
     ctl.start()
     null = NullServerProcess(NULL_HOST, ctl.port).start()
@@ -292,24 +305,30 @@ def null_backend(fsync: str, data: Path) -> tuple[Backend, ServerProcess, NullSe
             raise SystemExit("appends reached the controller's own store, not the null server")
         blocks = c.get("blocks", 0) + c.get("conditional_blocks", 0)
         return {"blocks": blocks, "events": c.get("events", 0), "bytes": c.get("bytes", 0),
-                "reads": c.get("ReadSegment", 0), "read_bytes": 0, "cpu": null.cpu()}  # fmt: skip
+                "reads": c.get("ReadSegment", 0), "read_bytes": 0, "cpu": null.cpu(),
+                "held": c.get("held_batches", 0), "held_us": c.get("held_us", 0)}  # fmt: skip
 
-    return Backend("null", m.group(1), sample), ctl, null
+    def backend(ms: float) -> Backend:
+        label = f"null+{ms:g}ms" if ms else "null"
+        return Backend(label, m.group(1), sample, lambda: null.delay(ms / 1000))
+
+    return [backend(ms) for ms in [0.0, *delays_ms]], ctl, null
 
 
 def run_rows(a: argparse.Namespace, backends: list[Backend], endpoint: str) -> dict[str, Case]:
     """Every row on every backend, interleaved (row by row, backend by backend) in each
-    round; each case keeps its best round."""
+    round; each case (``"<row> <backend>"``) keeps its best round."""
     cases: dict[str, Case] = {}
     for n in range(a.repeat):
         for name, _segs, job in plan(a):
             for b in backends:
+                b.prepare()
                 before = b.sample()
-                label = f"{name} {b.label}".strip()
-                stream = f"{label.replace('/', '').replace(' ', '-')}-{n}"
+                label = f"{name} {b.label}"
+                stream = f"{re.sub('[^A-Za-z0-9]+', '-', label)}-{n}"  # Pravega's name rule
                 r = child({**job, "uri": b.uri, "stream": stream, "events": a.events, "size": a.size})  # fmt: skip
                 after = b.sample()
-                if b.label and after["bytes"] - before["bytes"] < a.events * a.size:
+                if "bytes" in after and after["bytes"] - before["bytes"] < a.events * a.size:
                     raise SystemExit(f"{label}: the null server did not see the events")
                 seconds = float(r["seconds"])  # type: ignore[arg-type]
                 best = cases.setdefault(label, Case())
@@ -320,7 +339,7 @@ def run_rows(a: argparse.Namespace, backends: list[Backend], endpoint: str) -> d
                     best.delta = {k: after[k] - before[k] for k in after}
         if not a.ceiling:
             seconds = asyncio.run(segment_path(endpoint, f"sdk-{n}", a.events, a.size))
-            best = cases.setdefault("sdk-segment", Case())
+            best = cases.setdefault("sdk-segment real", Case())
             best.rate = max(best.rate, a.events / seconds)
     return cases
 
@@ -334,27 +353,33 @@ def plan(a: argparse.Namespace) -> list[tuple[str, int, dict[str, object]]]:
     return rows
 
 
-def report(a: argparse.Namespace, cases: dict[str, Case]) -> None:
-    segments = {name: segs for name, segs, _ in plan(a)}
-    for label, case in cases.items():
-        name, null = label.removesuffix(" null"), label.endswith(" null")
-        segs = segments.get(name, 1)
-        base = cases[f"segment/{segs}{' null' if null else ''}"]
-        line = f"  {label:<18} {case.rate:>9,.0f} events/s {case.rate / base.rate:6.1%} of segment/{segs}"  # fmt: skip
-        if null:  # its share of the real server's segment/N too
-            line += f" null, {case.rate / cases[f'segment/{segs}'].rate:6.1%} of the real segment/{segs}"  # fmt: skip
-        if not a.no_explain and name in segments:
-            line += "  " + case.explain(segs, a.events) + case.reads()
-            floor = case.at_floor(segs)
-            if floor:
-                line += f"; at a one-fdatasync ack {floor:,.0f} events/s ({floor / base.rate:.0%})"
-        print(line)
-    if a.ceiling:
-        for name in ("stream/1", "stream/8", "stream/8 wide"):
-            segs = segments[name]
-            share = cases[f"{name} null"].rate / cases[f"segment/{segs}"].rate
-            verdict = "reachable" if share >= 0.9 else "out of reach for any server"
-            print(f"  {name} against the null server: {share:.1%} of segment/{segs} against the real server (fsync={a.fsync}): 90 % {verdict}")  # fmt: skip
+def report(a: argparse.Namespace, backends: list[str], cases: dict[str, Case]) -> None:
+    """One line per row and backend; with more than one backend, the shares stream/N of
+    segment/N on each backend and against the real server's segment/N."""
+    rows = [(name, segs) for name, segs, _ in plan(a)]
+    for name, segs in [*rows, ("sdk-segment", 1)]:
+        for b in backends:
+            case = cases.get(f"{name} {b}")
+            if case is None:
+                continue
+            base = cases[f"segment/{segs} {b}"]
+            line = f"  {name + ' ' + b:<26} {case.rate:>9,.0f} events/s {case.rate / base.rate:6.1%} of segment/{segs}"  # fmt: skip
+            if not a.no_explain and name != "sdk-segment":
+                line += "  " + case.explain(segs, a.events) + case.reads()
+                floor = case.at_floor(segs)
+                if floor:
+                    line += f"; at a one-fdatasync ack {floor:,.0f} events/s ({floor / base.rate:.0%})"  # fmt: skip
+            print(line)
+    if len(backends) == 1:
+        return
+    print(f"  stream/N as a share of segment/N (fsync={a.fsync} for 'real'):")
+    print("    " + " " * 14 + "".join(f"{b:>14}" for b in backends) + "   null of real")
+    for name, segs in rows:
+        if name.startswith("stream"):
+            base = [cases[f"segment/{segs} {b}"].rate for b in backends]
+            shares = [cases[f"{name} {b}"].rate / r for b, r in zip(backends, base, strict=True)]
+            ceiling = cases[f"{name} null"].rate / base[0]
+            print(f"    {name:<14}" + "".join(f"{x:>14.1%}" for x in shares) + f"{ceiling:>15.1%}")
 
 
 def create_streams(a: argparse.Namespace, server: ServerProcess, uri: str) -> None:
@@ -393,6 +418,13 @@ def main() -> int:
         action="store_true",
         help="every row also against the null data server, interleaved (no createStream)",
     )
+    p.add_argument(
+        "--ack-delays",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[],
+        help="with --ceiling: also against the null server holding every reply this many "
+        "ms, comma-separated (e.g. 0.5,1,2)",
+    )
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as data:
         server = ServerProcess(Path(data, "real"), ["--controller-port", "0", "--fsync", a.fsync])
@@ -402,18 +434,18 @@ def main() -> int:
             m = next(filter(None, (CONTROLLER.search(line) for line in server.log)), None)
             if m is None:
                 raise SystemExit("server did not start its controller")
-            backends = [Backend("", m.group(1), lambda: scrape(server))]
+            backends = [Backend("real", m.group(1), lambda: scrape(server))]
             if a.ceiling:
-                null, ctl, nulls = null_backend(a.fsync, Path(data, "null"))
-                extra += [ctl, nulls]
-                backends.append(null)
+                nulls, ctl, null = null_backends(a.fsync, Path(data, "null"), a.ack_delays)
+                extra += [ctl, null]
+                backends += nulls
             if not a.only_create:
                 print(
                     f"best of {a.repeat} rounds, fsync={a.fsync}, {a.events} events of {a.size} B, "
                     f"official writer max_inflight_events={a.inflight} ('wide': {a.wide_inflight}), "
                     f"load average {os.getloadavg()[0]:.1f}"
                 )
-                report(a, run_rows(a, backends, server.endpoint))
+                report(a, [b.label for b in backends], run_rows(a, backends, server.endpoint))
             if not a.ceiling:
                 create_streams(a, server, backends[0].uri)
         finally:

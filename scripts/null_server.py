@@ -30,7 +30,10 @@ paths, official-client.md sections 3, 4, 7 and 14):
 
 Nothing is written anywhere: offsets and last event numbers are counters in memory.
 Counters of everything answered are printed as one JSON line on stdout for each line
-``stats`` read on stdin, so a benchmark can check that its traffic really came here.
+``stats`` read on stdin, so a benchmark can check that its traffic really came here. A
+line ``delay SECONDS`` makes every later reply wait that long (replies of one connection
+stay in order): a server whose only cost is a fixed latency, for sweeping the client's
+rate against the server's ack time.
 The process stops by itself when stdin closes (its parent went away) or after
 ``--max-seconds``. Ready line on stdout: ``null server listening on HOST:PORT``.
 """
@@ -45,7 +48,7 @@ import select
 import subprocess
 import sys
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +91,7 @@ class NullStore:
 
     def __init__(self, read_hold: float) -> None:
         self.read_hold = read_hold
+        self.ack_delay = 0.0  # seconds every reply waits (a server whose only cost is latency)
         self.offsets: dict[str, int] = {}
         self.last_event: dict[tuple[str, uuid.UUID], int] = {}
         self.counts: Counter[str] = Counter()
@@ -103,12 +107,16 @@ class NullConnection(asyncio.Protocol):
         self.greeted = False
         self.writers: dict[uuid.UUID, str] = {}  # writer id -> segment, set up here
         self.held: set[asyncio.TimerHandle] = set()
+        self.delayed: deque[tuple[float, list[bytes]]] = deque()  # (due, replies), in order
+        self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.store.counts["connections"] += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         for handle in self.held:
             handle.cancel()
         self.held.clear()
@@ -125,8 +133,29 @@ class NullConnection(asyncio.Protocol):
             if not self.answer(command, out):
                 self.refuse(type(command).__name__)
                 return
-        if out and self.transport is not None:
+        if not out or self.transport is None:
+            return
+        if self.store.ack_delay <= 0:
             self.transport.writelines(out)
+            return
+        loop = asyncio.get_running_loop()
+        self.delayed.append((loop.time() + self.store.ack_delay, out))
+        if self.timer is None:
+            self.timer = loop.call_at(self.delayed[0][0], self.release)
+
+    def release(self) -> None:
+        """Send every delayed batch of replies that is due, in arrival order."""
+        loop = asyncio.get_running_loop()
+        self.timer = None
+        now, counts = loop.time(), self.store.counts
+        while self.delayed and self.delayed[0][0] <= now:
+            due, replies = self.delayed.popleft()
+            counts["held_batches"] += 1  # the hold really given (the loop's timers are coarse)
+            counts["held_us"] += round((now - due + self.store.ack_delay) * 1e6)
+            if self.transport is not None:
+                self.transport.writelines(replies)
+        if self.delayed:
+            self.timer = loop.call_at(self.delayed[0][0], self.release)
 
     def refuse(self, why: str) -> None:
         """Close without a reply (the real server's answer to a protocol violation)."""
@@ -259,6 +288,13 @@ class NullServerProcess:
         counts: dict[str, int] = json.loads(self.proc.stdout.readline())
         return counts
 
+    def delay(self, seconds: float) -> None:
+        """Make every later reply wait ``seconds`` (0: answer at once)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"delay {seconds}\n")
+        self.proc.stdin.flush()
+        assert json.loads(self.proc.stdout.readline()) == {"ack_delay": seconds}
+
     def cpu(self) -> float:
         stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
@@ -285,8 +321,12 @@ async def serve(host: str, port: int, read_hold: float, max_seconds: float) -> N
 
     async def control() -> None:
         while line := await stdin.readline():
-            if line.strip() == b"stats":
+            word, _, arg = line.decode().strip().partition(" ")
+            if word == "stats":
                 print(json.dumps(dict(store.counts)), flush=True)
+            elif word == "delay":  # "delay SECONDS": every later reply waits that long
+                store.ack_delay = max(0.0, float(arg))
+                print(json.dumps({"ack_delay": store.ack_delay}), flush=True)
 
     try:
         await asyncio.wait_for(control(), max_seconds)

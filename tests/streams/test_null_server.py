@@ -35,7 +35,7 @@ from segmentstore_client.protocol import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from bench_streams import child, null_backend
+from bench_streams import child, null_backends
 from null_server import NEW_WRITER, NullServerProcess
 
 SEGMENT = "bench/s/0.#epoch.0"
@@ -123,6 +123,20 @@ def test_a_read_is_held_then_answered_empty_at_the_tail(null: NullServerProcess)
     assert reply == SegmentRead(SEGMENT, 0, True, False, b"", 11)
 
 
+def test_a_delay_holds_every_reply_in_order(null: NullServerProcess) -> None:
+    null.delay(0.2)
+    peer, wid = Peer(null.port), uuid.uuid4()
+    t0 = time.monotonic()
+    hello(peer)
+    assert time.monotonic() - t0 >= 0.15
+    t0 = time.monotonic()
+    replies = peer.call(SetupAppend(1, wid, SEGMENT), block_end(wid, record(b"z"), 1, 1, 2))
+    assert time.monotonic() - t0 >= 0.15
+    assert replies == [AppendSetup(1, SEGMENT, wid, NEW_WRITER), DataAppended(wid, 1, NEW_WRITER, 2, 9)]  # fmt: skip
+    null.delay(0)
+    assert peer.call(GetStreamSegmentInfo(3, SEGMENT))[0] == StreamSegmentInfo(3, SEGMENT, True, False, False, 0, 9)  # fmt: skip
+
+
 def test_bad_requests_get_the_protocols_answer(null: NullServerProcess) -> None:
     peer = Peer(null.port)
     hello(peer)
@@ -169,7 +183,7 @@ def test_the_benchmark_sends_the_official_clients_events_to_it(tmp_path: Path) -
     """``bench_streams.py --ceiling``'s wiring: the official client (in a child process)
     asks the real controller, which hands out the null server's address; every event of
     the stream row and every byte of the byte-writer row arrive there, none in the store."""
-    backend, ctl, null = null_backend("never", tmp_path)
+    (backend,), ctl, null = null_backends("never", tmp_path, [])
     try:
         before = backend.sample()
         job = {"uri": backend.uri, "events": 3000, "size": 100, "segments": 2}
