@@ -29,11 +29,26 @@ client's CPU (all its threads) is shown beside the server's. For the capped even
 Little's law: its ``max_inflight_events`` are always in the client's system, so each event
 stays ``inflight / rate``; "server ack" is shown as a share of that stay.
 
+The client's ceiling (``--ceiling``): every row again with the official client's data path
+sent to a null data server (``scripts/null_server.py``: the wire protocol answered at once,
+nothing stored), interleaved with the real rows, case by case. A second ``segmentstore
+serve`` runs the controller the client asks; its ``--advertised-host`` is 127.0.0.2, so
+``getURI`` names 127.0.0.2 and its own port, where the null server listens (the client's
+calls are unchanged, and the controller is the real one rather than a copy of it). Every
+null case checks that the null server counted the case's bytes and that the controller's
+own store saw no append. ``--ack-delays 1,2,4`` adds the same rows against the null server
+holding every reply that many ms (a server whose only cost is its ack latency; the loop's
+timers are about 1 ms coarse, so the hold really given is printed). The last table gives
+stream/N as a share of segment/N on each backend, and the null server's stream/N as a
+share of the real server's segment/N: when that stays under 90 %, no server can bring the
+client's event writer to 90 % of its byte writers on this server.
+
 Each rate is the best of ``--repeat`` interleaved rounds (default 3; the machine is shared).
 Every figure names the fsync mode. Usage::
 
     .venv/bin/python scripts/bench_streams.py                     # fsync=always, 200k events
     .venv/bin/python scripts/bench_streams.py --events 50000 --fsync interval
+    .venv/bin/python scripts/bench_streams.py --ceiling --ack-delays 1,2,4   # ~3 min
 """
 
 from __future__ import annotations
