@@ -309,10 +309,14 @@ def null_backends(
     delay (0 first), all on the same null server (the delay is set before each case)."""
     ctl = ServerProcess(data, ["--controller-port", "0", "--fsync", fsync, "--advertised-host", NULL_HOST])  # fmt: skip
     ctl.start()
-    null = NullServerProcess(NULL_HOST, ctl.port).start()
     m = next(filter(None, (CONTROLLER.search(line) for line in ctl.log)), None)
-    if m is None:
-        raise SystemExit("the null run's server did not start its controller")
+    try:
+        if m is None:
+            raise SystemExit("the null run's server did not start its controller")
+        null = NullServerProcess(NULL_HOST, ctl.port).start()
+    except BaseException:
+        ctl.kill()
+        raise
 
     def sample() -> dict[str, float]:
         c = null.stats()
@@ -391,9 +395,9 @@ def report(a: argparse.Namespace, backends: list[str], cases: dict[str, Case]) -
     print("    " + " " * 14 + "".join(f"{b:>14}" for b in backends) + "   null of real")
     for name, segs in rows:
         if name.startswith("stream"):
-            base = [cases[f"segment/{segs} {b}"].rate for b in backends]
-            shares = [cases[f"{name} {b}"].rate / r for b, r in zip(backends, base, strict=True)]
-            ceiling = cases[f"{name} null"].rate / base[0]
+            bases = [cases[f"segment/{segs} {b}"].rate for b in backends]
+            shares = [cases[f"{name} {b}"].rate / r for b, r in zip(backends, bases, strict=True)]
+            ceiling = cases[f"{name} null"].rate / bases[0]
             print(f"    {name:<14}" + "".join(f"{x:>14.1%}" for x in shares) + f"{ceiling:>15.1%}")
 
 
