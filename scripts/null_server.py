@@ -23,7 +23,10 @@ paths, official-client.md sections 3, 4, 7 and 14):
 * ReadSegment: nothing is stored, so there is never data to read: the read is held for
   ``--read-hold`` seconds (the real server's tail-read timeout is 10 s) and answered
   with an empty SegmentRead(atTail=true), as the real server answers a tail read that
-  saw no new data. The byte stream's prefetching reader sends one at creation.
+  saw no new data. The byte stream's prefetching reader sends one at creation. More
+  than ``MAX_HELD_READS`` held at once close the connection.
+* Bounded: frames by the decoder's maximum; output by not reading the socket while the
+  transport is over its high-water mark or ``MAX_DELAYED`` batches of replies are held.
 * Any other request carrying a request id gets OperationUnsupported; a decoding error, a
   reply-type command, an append from a writer not set up on this connection or a block
   whose size field disagrees with its data closes the connection without a reply.
@@ -83,6 +86,8 @@ from segmentstore_client.protocol import (
 from segmentstore_client.protocol.names import name_problem
 
 NEW_WRITER = -(2**63)  # Long.MIN_VALUE: the writer is unknown on this segment
+MAX_HELD_READS = 64  # reads held at once per connection; one more closes it
+MAX_DELAYED = 4096  # batches of replies held per connection before it stops reading
 
 
 class NullStore:
@@ -109,6 +114,8 @@ class NullConnection(asyncio.Protocol):
         self.held: set[asyncio.TimerHandle] = set()
         self.delayed: deque[tuple[float, list[bytes]]] = deque()  # (due, replies), in order
         self.timer: asyncio.TimerHandle | None = None
+        self.write_paused = False  # the transport's buffer is over its high-water mark
+        self.read_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -122,6 +129,25 @@ class NullConnection(asyncio.Protocol):
         self.held.clear()
         self.transport = None
 
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.flow()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.flow()
+
+    def flow(self) -> None:
+        """Read the socket only while this connection's output is bounded: the transport
+        under its high-water mark and fewer than ``MAX_DELAYED`` batches held."""
+        pause = self.write_paused or len(self.delayed) >= MAX_DELAYED
+        if pause != self.read_paused and self.transport is not None:
+            self.read_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
         try:
             commands = self.decoder.feed(data)
@@ -132,6 +158,7 @@ class NullConnection(asyncio.Protocol):
         for command in commands:
             if not self.answer(command, out):
                 self.refuse(type(command).__name__)
+            if self.transport is None:  # refused (here or by ``hold``)
                 return
         if not out or self.transport is None:
             return
@@ -142,6 +169,7 @@ class NullConnection(asyncio.Protocol):
         self.delayed.append((loop.time() + self.store.ack_delay, out))
         if self.timer is None:
             self.timer = loop.call_at(self.delayed[0][0], self.release)
+        self.flow()
 
     def release(self) -> None:
         """Send every delayed batch of replies that is due, in arrival order."""
@@ -156,6 +184,7 @@ class NullConnection(asyncio.Protocol):
                 self.transport.writelines(replies)
         if self.delayed:
             self.timer = loop.call_at(self.delayed[0][0], self.release)
+        self.flow()
 
     def refuse(self, why: str) -> None:
         """Close without a reply (the real server's answer to a protocol violation)."""
@@ -163,6 +192,7 @@ class NullConnection(asyncio.Protocol):
         self.store.counts[f"refused:{why}"] += 1
         if self.transport is not None:
             self.transport.abort()
+            self.transport = None  # nothing more is answered; connection_lost cleans up
 
     def answer(self, c: Command, out: list[bytes]) -> bool:
         """Append ``c``'s reply to ``out``; False when the connection must be closed."""
@@ -239,12 +269,15 @@ class NullConnection(asyncio.Protocol):
             offsets.setdefault(c.segment, 0)
             return SegmentCreated(c.request_id, c.segment)
         if isinstance(c, ReadSegment):
-            self.hold(c)
+            self.hold(c)  # may refuse: more than MAX_HELD_READS at once
             return None
         return OperationUnsupported(c.request_id, type(c).__name__)
 
     def hold(self, c: ReadSegment) -> None:
         """Answer a read as at the tail with no data, after ``read_hold`` seconds."""
+        if len(self.held) >= MAX_HELD_READS:
+            self.refuse("too many reads")
+            return
         loop = asyncio.get_running_loop()
 
         def fire() -> None:

@@ -36,7 +36,7 @@ from segmentstore_client.protocol import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_streams import child, null_backends
-from null_server import NEW_WRITER, NullServerProcess
+from null_server import MAX_HELD_READS, NEW_WRITER, NullServerProcess
 
 SEGMENT = "bench/s/0.#epoch.0"
 
@@ -121,6 +121,16 @@ def test_a_read_is_held_then_answered_empty_at_the_tail(null: NullServerProcess)
     reply = peer.call(ReadSegment(SEGMENT, 0, 4096, "", 11))[0]
     assert time.monotonic() - t0 >= 0.15
     assert reply == SegmentRead(SEGMENT, 0, True, False, b"", 11)
+
+
+def test_more_held_reads_than_the_bound_close_the_connection(null: NullServerProcess) -> None:
+    peer = Peer(null.port)
+    hello(peer)
+    reads = b"".join(encode(ReadSegment(SEGMENT, 0, 10, "", i)) for i in range(MAX_HELD_READS))
+    peer.sock.sendall(reads)
+    assert null.stats().get("refused", 0) == 0  # the bound itself is allowed
+    assert peer.closed_without_reply(encode(ReadSegment(SEGMENT, 0, 10, "", 99)))
+    assert null.stats()["refused:too many reads"] == 1
 
 
 def test_a_delay_holds_every_reply_in_order(null: NullServerProcess) -> None:
