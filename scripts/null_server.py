@@ -339,7 +339,10 @@ class NullServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.communicate(timeout=timeout)
-        return self.proc.returncode
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return self.proc.wait()
 
 
 async def serve(host: str, port: int, read_hold: float, max_seconds: float) -> None:

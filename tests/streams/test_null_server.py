@@ -10,7 +10,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -78,12 +78,28 @@ def null() -> Iterator[NullServerProcess]:
     assert server.stop() == 0
 
 
+@pytest.fixture
+def connect(null: NullServerProcess) -> Iterator[Callable[[], Peer]]:
+    """Connections to ``null``, closed after the test."""
+    made: list[Peer] = []
+
+    def make() -> Peer:
+        made.append(Peer(null.port))
+        return made[-1]
+
+    yield make
+    for peer in made:
+        peer.sock.close()
+
+
 def hello(peer: Peer) -> None:
     assert peer.call(Hello(15, 5)) == [Hello(17, 5)]
 
 
-def test_appends_get_data_appended_with_the_segment_offsets(null: NullServerProcess) -> None:
-    peer, wid = Peer(null.port), uuid.uuid4()
+def test_appends_get_data_appended_with_the_segment_offsets(
+    null: NullServerProcess, connect: Callable[[], Peer]
+) -> None:
+    peer, wid = connect(), uuid.uuid4()
     hello(peer)
     assert peer.call(SetupAppend(1, wid, SEGMENT)) == [AppendSetup(1, SEGMENT, wid, NEW_WRITER)]
     two, one = record(b"a" * 100) * 2, record(b"b" * 7)
@@ -93,7 +109,7 @@ def test_appends_get_data_appended_with_the_segment_offsets(null: NullServerProc
         DataAppended(wid, 3, 2, 3, 231),
     ]
     # A block resent after a reconnect is acknowledged again and not counted twice.
-    again = Peer(null.port)
+    again = connect()
     hello(again)
     assert again.call(SetupAppend(4, wid, SEGMENT)) == [AppendSetup(4, SEGMENT, wid, 3)]
     assert again.call(block_end(wid, one, 1, 3, 5)) == [DataAppended(wid, 3, 3, 5, 231)]
@@ -114,8 +130,10 @@ def test_appends_get_data_appended_with_the_segment_offsets(null: NullServerProc
     assert stats["bytes"] == 234 and stats["SetupAppend"] == 3
 
 
-def test_a_read_is_held_then_answered_empty_at_the_tail(null: NullServerProcess) -> None:
-    peer = Peer(null.port)
+def test_a_read_is_held_then_answered_empty_at_the_tail(
+    null: NullServerProcess, connect: Callable[[], Peer]
+) -> None:
+    peer = connect()
     hello(peer)
     t0 = time.monotonic()
     reply = peer.call(ReadSegment(SEGMENT, 0, 4096, "", 11))[0]
@@ -123,8 +141,10 @@ def test_a_read_is_held_then_answered_empty_at_the_tail(null: NullServerProcess)
     assert reply == SegmentRead(SEGMENT, 0, True, False, b"", 11)
 
 
-def test_more_held_reads_than_the_bound_close_the_connection(null: NullServerProcess) -> None:
-    peer = Peer(null.port)
+def test_more_held_reads_than_the_bound_close_the_connection(
+    null: NullServerProcess, connect: Callable[[], Peer]
+) -> None:
+    peer = connect()
     hello(peer)
     reads = b"".join(encode(ReadSegment(SEGMENT, 0, 10, "", i)) for i in range(MAX_HELD_READS))
     peer.sock.sendall(reads)
@@ -133,9 +153,11 @@ def test_more_held_reads_than_the_bound_close_the_connection(null: NullServerPro
     assert null.stats()["refused:too many reads"] == 1
 
 
-def test_a_delay_holds_every_reply_in_order(null: NullServerProcess) -> None:
+def test_a_delay_holds_every_reply_in_order(
+    null: NullServerProcess, connect: Callable[[], Peer]
+) -> None:
     null.delay(0.2)
-    peer, wid = Peer(null.port), uuid.uuid4()
+    peer, wid = connect(), uuid.uuid4()
     t0 = time.monotonic()
     hello(peer)
     assert time.monotonic() - t0 >= 0.15
@@ -147,27 +169,29 @@ def test_a_delay_holds_every_reply_in_order(null: NullServerProcess) -> None:
     assert peer.call(GetStreamSegmentInfo(3, SEGMENT))[0] == StreamSegmentInfo(3, SEGMENT, True, False, False, 0, 9)  # fmt: skip
 
 
-def test_bad_requests_get_the_protocols_answer(null: NullServerProcess) -> None:
-    peer = Peer(null.port)
+def test_bad_requests_get_the_protocols_answer(
+    null: NullServerProcess, connect: Callable[[], Peer]
+) -> None:
+    peer = connect()
     hello(peer)
     (bad,) = peer.call(SetupAppend(1, uuid.uuid4(), "a\0b"))
     assert isinstance(bad, ErrorMessage) and bad.request_id == 1
     assert peer.call(CreateTableSegment(2, "t")) == [OperationUnsupported(2, "CreateTableSegment")]
     # Closed without a reply: an unknown type code, an append from a writer never set up,
     # a block whose size field disagrees with its data, a first frame that is not Hello.
-    assert Peer(null.port).closed_without_reply(b"\0\0\0\x63\0\0\0\0")
-    stranger = Peer(null.port)
+    assert connect().closed_without_reply(b"\0\0\0\x63\0\0\0\0")
+    stranger = connect()
     hello(stranger)
     blk = encode(block_end(uuid.uuid4(), record(b"x"), 1, 1, 3))
     assert stranger.closed_without_reply(blk)
-    liar, wid = Peer(null.port), uuid.uuid4()
+    liar, wid = connect(), uuid.uuid4()
     hello(liar)
     liar.call(SetupAppend(4, wid, SEGMENT))
     lie = block_end(wid, record(b"x"), 1, 1, 5)
     frame = bytearray(encode(lie))
     frame[24:28] = (99).to_bytes(4, "big")  # sizeOfWholeEvents, after header and writer id
     assert liar.closed_without_reply(bytes(frame))
-    assert Peer(null.port).closed_without_reply(encode(GetStreamSegmentInfo(6, SEGMENT)))
+    assert connect().closed_without_reply(encode(GetStreamSegmentInfo(6, SEGMENT)))
     stats = null.stats()
     assert stats["refused"] == 4 and "blocks" not in stats
 
