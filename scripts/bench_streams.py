@@ -29,11 +29,26 @@ client's CPU (all its threads) is shown beside the server's. For the capped even
 Little's law: its ``max_inflight_events`` are always in the client's system, so each event
 stays ``inflight / rate``; "server ack" is shown as a share of that stay.
 
+The client's ceiling (``--ceiling``): every row again with the official client's data path
+sent to a null data server (``scripts/null_server.py``: the wire protocol answered at once,
+nothing stored), interleaved with the real rows, case by case. A second ``segmentstore
+serve`` runs the controller the client asks; its ``--advertised-host`` is 127.0.0.2, so
+``getURI`` names 127.0.0.2 and its own port, where the null server listens (the client's
+calls are unchanged, and the controller is the real one rather than a copy of it). Every
+null case checks that the null server counted the case's bytes and that the controller's
+own store saw no append. ``--ack-delays 1,2,4`` adds the same rows against the null server
+holding every reply that many ms (a server whose only cost is its ack latency; the loop's
+timers are about 1 ms coarse, so the hold really given is printed). The last table gives
+stream/N as a share of segment/N on each backend, and the null server's stream/N as a
+share of the real server's segment/N: when that stays under 90 %, no server can bring the
+client's event writer to 90 % of its byte writers on this server.
+
 Each rate is the best of ``--repeat`` interleaved rounds (default 3; the machine is shared).
 Every figure names the fsync mode. Usage::
 
     .venv/bin/python scripts/bench_streams.py                     # fsync=always, 200k events
     .venv/bin/python scripts/bench_streams.py --events 50000 --fsync interval
+    .venv/bin/python scripts/bench_streams.py --ceiling --ack-delays 1,2,4   # ~3 min
 """
 
 from __future__ import annotations
@@ -48,6 +63,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +75,11 @@ import segmentstore_client as sc  # noqa: E402
 
 from segmentstore.server.launcher import ServerProcess  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "scripts"))
+from null_server import NullServerProcess  # noqa: E402
+
 CONTROLLER = re.compile(r"controller on (tcp://[0-9.]+:\d+)")
+NULL_HOST = "127.0.0.2"  # loopback: the null server listens here on the controller's data port
 
 # Runs in a child process: the official client's blocking calls hold the GIL.
 CHILD = r"""
@@ -143,6 +163,12 @@ _SAMPLES = {
     "ack_count": "segmentstore_append_latency_seconds_count",
     "fsync_sum": 'segmentstore_commit_stage_seconds_sum{stage="fdatasync"}',
     "commits": 'segmentstore_commit_stage_seconds_count{stage="fdatasync"}',
+    **{
+        st: f'segmentstore_commit_stage_seconds_sum{{stage="{st}"}}'
+        for st in ("handoff_in", "handoff_out", "apply")
+    },
+    "reads": "segmentstore_reads_total",  # a byte stream's prefetching reader
+    "read_bytes": "segmentstore_read_bytes_total",
 }
 
 
@@ -210,25 +236,42 @@ class Case:
         blocks = d.get("blocks", 0.0)
         if not blocks:
             return ""
+        if "ack_sum" not in d:  # the null server: no ack time, no commits
+            return (
+                f"{blocks:>7,.0f} blocks, {events / blocks:5.1f} ev/block, "
+                + (f"replies held {d['held_us'] / d['held'] / 1e3:4.2f} ms, " if d.get("held") else "")
+                + f"cycle {self.seconds * segments / blocks * 1e3:5.2f} ms, "
+                f"CPU null server {d['cpu'] / self.seconds:4.0%} client {self.client_cpu / self.seconds:4.0%}"
+                + (f", event in client {self.inflight / self.rate * 1e3:4.2f} ms" if self.inflight else "")
+            )  # fmt: skip
         ack = d["ack_sum"] / max(d["ack_count"], 1.0)
         fsync = d["fsync_sum"] / max(d["commits"], 1.0)
+        commit_ms = 1e3 / max(d["commits"], 1.0)  # a stage's sum -> its mean per commit, ms
         cycle = self.seconds * segments / blocks
         return (
             f"{blocks:>7,.0f} blocks, {events / blocks:5.1f} ev/block, "
             f"{blocks / max(d['commits'], 1.0):4.1f} blocks/commit, "
             f"server ack {ack * 1e3:5.2f} ms (fdatasync {fsync * 1e3:4.2f} ms, "
+            f"hand-offs in/out {d['handoff_in'] * commit_ms:4.2f}/{d['handoff_out'] * commit_ms:4.2f} ms, "
+            f"apply {d['apply'] * commit_ms:4.2f} ms, "
             f"a commit every {self.seconds / max(d['commits'], 1.0) * 1e3:4.2f} ms), "
             f"cycle {cycle * 1e3:5.2f} ms, server share {ack / cycle:4.0%}, "
             f"CPU server {d['cpu'] / self.seconds:4.0%} client {self.client_cpu / self.seconds:4.0%}"
             + self.little(ack)
         )
 
+    def reads(self) -> str:
+        d = self.delta
+        if not d.get("reads"):
+            return ""
+        return f", {d['reads']:,.0f} reads ({d['read_bytes'] / 2**20:,.1f} MiB)"
+
     def at_floor(self, segments: int) -> float:
         """The rate projected for a server whose ack took one bare fdatasync (the least an
         fsync=always ack can take), the same blocks and the same client time per cycle."""
         d = self.delta
         blocks = d.get("blocks", 0.0)
-        if not blocks or not self.inflight:
+        if not blocks or not self.inflight or "ack_sum" not in d:
             return 0.0
         ack = d["ack_sum"] / max(d["ack_count"], 1.0)
         fsync = d["fsync_sum"] / max(d["commits"], 1.0)
@@ -242,6 +285,134 @@ class Case:
             return ""
         stay = self.inflight / self.rate
         return f", event in client {stay * 1e3:4.2f} ms (server ack {ack / stay:4.0%} of it)"
+
+
+@dataclass
+class Backend:
+    """Where a row's data path goes: ``label`` "real" is the real server, "null" the null
+    data server (``scripts/null_server.py``) behind a real controller, "null+Xms" the same
+    with every reply held X ms; ``sample`` reads its counters (the keys of ``_SAMPLES`` it
+    has, plus "bytes" for the null server); ``prepare`` runs before each case."""
+
+    label: str
+    uri: str
+    sample: Callable[[], dict[str, float]]
+    prepare: Callable[[], None] = lambda: None
+
+
+def null_backends(
+    fsync: str, data: Path, delays_ms: list[float]
+) -> tuple[list[Backend], ServerProcess, NullServerProcess]:
+    """A real ``segmentstore serve`` for the controller whose ``getURI`` hands out
+    127.0.0.2 and its own port, and the null server listening there: the official client
+    asks the real controller and sends its data to the null server. One backend per ack
+    delay (0 first), all on the same null server (the delay is set before each case)."""
+    ctl = ServerProcess(data, ["--controller-port", "0", "--fsync", fsync, "--advertised-host", NULL_HOST])  # fmt: skip
+    ctl.start()
+    m = next(filter(None, (CONTROLLER.search(line) for line in ctl.log)), None)
+    try:
+        if m is None:
+            raise SystemExit("the null run's server did not start its controller")
+        null = NullServerProcess(NULL_HOST, ctl.port).start()
+    except BaseException:
+        ctl.kill()
+        raise
+
+    def sample() -> dict[str, float]:
+        c = null.stats()
+        if scrape(ctl)["blocks"]:  # the data path must not reach the real store
+            raise SystemExit("appends reached the controller's own store, not the null server")
+        blocks = c.get("blocks", 0) + c.get("conditional_blocks", 0)
+        return {"blocks": blocks, "events": c.get("events", 0), "bytes": c.get("bytes", 0),
+                "reads": c.get("ReadSegment", 0), "read_bytes": 0, "cpu": null.cpu(),
+                "held": c.get("held_batches", 0), "held_us": c.get("held_us", 0)}  # fmt: skip
+
+    def backend(ms: float) -> Backend:
+        label = f"null+{ms:g}ms" if ms else "null"
+        return Backend(label, m.group(1), sample, lambda: null.delay(ms / 1000))
+
+    return [backend(ms) for ms in [0.0, *delays_ms]], ctl, null
+
+
+def run_rows(a: argparse.Namespace, backends: list[Backend], endpoint: str) -> dict[str, Case]:
+    """Every row on every backend, interleaved (row by row, backend by backend) in each
+    round; each case (``"<row> <backend>"``) keeps its best round."""
+    cases: dict[str, Case] = {}
+    for n in range(a.repeat):
+        for name, _segs, job in plan(a):
+            for b in backends:
+                b.prepare()
+                before = b.sample()
+                label = f"{name} {b.label}"
+                stream = f"{re.sub('[^A-Za-z0-9]+', '-', label)}-{n}"  # Pravega's name rule
+                r = child({**job, "uri": b.uri, "stream": stream, "events": a.events, "size": a.size})  # fmt: skip
+                after = b.sample()
+                if "bytes" in after and after["bytes"] - before["bytes"] < a.events * a.size:
+                    raise SystemExit(f"{label}: the null server did not see the events")
+                seconds = float(r["seconds"])  # type: ignore[arg-type]
+                best = cases.setdefault(label, Case())
+                if a.events / seconds > best.rate:
+                    best.rate, best.seconds = a.events / seconds, seconds
+                    best.client_cpu = float(r["cpu"])  # type: ignore[arg-type]
+                    best.inflight = int(job.get("inflight", 0))  # type: ignore[call-overload]
+                    best.delta = {k: after[k] - before[k] for k in after}
+        if not a.ceiling:
+            seconds = asyncio.run(segment_path(endpoint, f"sdk-{n}", a.events, a.size))
+            best = cases.setdefault("sdk-segment real", Case())
+            best.rate = max(best.rate, a.events / seconds)
+    return cases
+
+
+def plan(a: argparse.Namespace) -> list[tuple[str, int, dict[str, object]]]:
+    rows: list[tuple[str, int, dict[str, object]]] = []
+    for segs in (1, 8):  # like with like: the same client, the same segment count
+        rows.append((f"stream/{segs}", segs, {"op": "write", "segments": segs, "inflight": a.inflight}))  # fmt: skip
+        rows.append((f"segment/{segs}", segs, {"op": "bytes", "segments": segs}))
+    rows.append(("stream/8 wide", 8, {"op": "write", "segments": 8, "inflight": a.wide_inflight}))  # fmt: skip
+    return rows
+
+
+def report(a: argparse.Namespace, backends: list[str], cases: dict[str, Case]) -> None:
+    """One line per row and backend; with more than one backend, the shares stream/N of
+    segment/N on each backend and against the real server's segment/N."""
+    rows = [(name, segs) for name, segs, _ in plan(a)]
+    for name, segs in [*rows, ("sdk-segment", 1)]:
+        for b in backends:
+            case = cases.get(f"{name} {b}")
+            if case is None:
+                continue
+            base = cases[f"segment/{segs} {b}"]
+            line = f"  {name + ' ' + b:<26} {case.rate:>9,.0f} events/s {case.rate / base.rate:6.1%} of segment/{segs}"  # fmt: skip
+            if not a.no_explain and name != "sdk-segment":
+                line += "  " + case.explain(segs, a.events) + case.reads()
+                floor = case.at_floor(segs)
+                if floor:
+                    line += f"; at a one-fdatasync ack {floor:,.0f} events/s ({floor / base.rate:.0%})"  # fmt: skip
+            print(line)
+    if len(backends) == 1:
+        return
+    print(f"  stream/N as a share of segment/N (fsync={a.fsync} for 'real'):")
+    print("    " + " " * 14 + "".join(f"{b:>14}" for b in backends) + "   null of real")
+    for name, segs in rows:
+        if name.startswith("stream"):
+            bases = [cases[f"segment/{segs} {b}"].rate for b in backends]
+            shares = [cases[f"{name} {b}"].rate / r for b, r in zip(backends, bases, strict=True)]
+            ceiling = cases[f"{name} null"].rate / bases[0]
+            print(f"    {name:<14}" + "".join(f"{x:>14.1%}" for x in shares) + f"{ceiling:>15.1%}")
+
+
+def create_streams(a: argparse.Namespace, server: ServerProcess, uri: str) -> None:
+    load0, before = os.getloadavg()[0], metrics(server)
+    r = child({"op": "create", "uri": uri, "count": a.streams})
+    load1, after = os.getloadavg()[0], metrics(server)
+    lat = sorted(float(x) * 1000 for x in r["latencies"])  # type: ignore[attr-defined]
+    p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
+    over = sum(1 for x in lat if x > 20)
+    print(
+        f"  createStream x{a.streams} (fsync={a.fsync}, load average {load0:.1f}-{load1:.1f}): "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms; "
+        f"client saw {over} over 20 ms\n    {slow_share(before, after)}"
+    )
 
 
 def main() -> int:
@@ -261,66 +432,44 @@ def main() -> int:
     p.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
     p.add_argument("--no-explain", action="store_true", help="skip the server-side columns")
     p.add_argument("--only-create", action="store_true", help="time createStream only")
+    p.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="every row also against the null data server, interleaved (no createStream)",
+    )
+    p.add_argument(
+        "--ack-delays",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[],
+        help="with --ceiling: also against the null server holding every reply this many "
+        "ms, comma-separated (e.g. 0.5,1,2)",
+    )
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        server = ServerProcess(Path(data), ["--controller-port", "0", "--fsync", a.fsync])
+        server = ServerProcess(Path(data, "real"), ["--controller-port", "0", "--fsync", a.fsync])
         server.start()
+        extra: list[ServerProcess | NullServerProcess] = []
         try:
             m = next(filter(None, (CONTROLLER.search(line) for line in server.log)), None)
             if m is None:
                 raise SystemExit("server did not start its controller")
-            endpoint, uri = server.endpoint, m.group(1)
-            cases: dict[str, Case] = {}
-            plan: list[tuple[str, int, dict[str, object]]] = []
-            for segs in (1, 8):  # like with like: the same client, the same segment count
-                plan.append((f"stream/{segs}", segs, {"op": "write", "segments": segs, "inflight": a.inflight}))  # fmt: skip
-                plan.append((f"segment/{segs}", segs, {"op": "bytes", "segments": segs}))
-            plan.append(("stream/8 wide", 8, {"op": "write", "segments": 8, "inflight": a.wide_inflight}))  # fmt: skip
+            backends = [Backend("real", m.group(1), lambda: scrape(server))]
+            if a.ceiling:
+                nulls, ctl, null = null_backends(a.fsync, Path(data, "null"), a.ack_delays)
+                extra += [ctl, null]
+                backends += nulls
             if not a.only_create:
                 print(
                     f"best of {a.repeat} rounds, fsync={a.fsync}, {a.events} events of {a.size} B, "
-                    f"official writer max_inflight_events={a.inflight} ('wide': {a.wide_inflight})"
+                    f"official writer max_inflight_events={a.inflight} ('wide': {a.wide_inflight}), "
+                    f"load average {os.getloadavg()[0]:.1f}"
                 )
-            for n in range(a.repeat if not a.only_create else 0):  # interleaved rounds
-                for name, _segs, job in plan:
-                    before = scrape(server)
-                    stream = f"{name.replace('/', '').replace(' ', '-')}-{n}"
-                    r = child({**job, "uri": uri, "stream": stream, "events": a.events, "size": a.size})  # fmt: skip
-                    after = scrape(server)
-                    seconds = float(r["seconds"])  # type: ignore[arg-type]
-                    best = cases.setdefault(name, Case())
-                    if a.events / seconds > best.rate:
-                        best.rate, best.seconds = a.events / seconds, seconds
-                        best.client_cpu = float(r["cpu"])  # type: ignore[arg-type]
-                        best.inflight = int(job.get("inflight", 0))  # type: ignore[call-overload]
-                        best.delta = {k: after[k] - before[k] for k in after}
-                seconds = asyncio.run(segment_path(endpoint, f"sdk-{n}", a.events, a.size))
-                best = cases.setdefault("sdk-segment", Case())
-                best.rate = max(best.rate, a.events / seconds)
-            segments = {name: segs for name, segs, _ in plan}
-            for name, case in cases.items():
-                base = cases[f"segment/{segments.get(name, 1)}"]
-                ratio = case.rate / base.rate
-                line = f"  {name:<13} {case.rate:>9,.0f} events/s {ratio:6.1%} of segment/{segments.get(name, 1)}"  # fmt: skip
-                if not a.no_explain and name in segments:
-                    line += "  " + case.explain(segments[name], a.events)
-                    floor = case.at_floor(segments[name])
-                    if floor:
-                        line += f"; at a one-fdatasync ack {floor:,.0f} events/s ({floor / base.rate:.0%})"
-                print(line)
-            load0, before = os.getloadavg()[0], metrics(server)
-            r = child({"op": "create", "uri": uri, "count": a.streams})
-            load1, after = os.getloadavg()[0], metrics(server)
-            lat = sorted(float(x) * 1000 for x in r["latencies"])  # type: ignore[attr-defined]
-            p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
-            over = sum(1 for x in lat if x > 20)
-            print(
-                f"  createStream x{a.streams} (fsync={a.fsync}, load average {load0:.1f}-{load1:.1f}): "
-                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {lat[-1]:.2f} ms; "
-                f"client saw {over} over 20 ms\n    {slow_share(before, after)}"
-            )
+                report(a, [b.label for b in backends], run_rows(a, backends, server.endpoint))
+            if not a.ceiling:
+                create_streams(a, server, backends[0].uri)
         finally:
-            server.kill()
+            for proc in (server, *extra):
+                proc.kill() if isinstance(proc, ServerProcess) else proc.stop()
     return 0
 
 
