@@ -5,7 +5,6 @@ controller whose getURI points at it) really sends an official client's events t
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
@@ -209,10 +208,6 @@ def test_it_listens_on_loopback_only() -> None:
         NullServerProcess("0.0.0.0", 0).start()
 
 
-@pytest.mark.skipif(
-    os.environ.get("SEGMENTSTORE_TEST_CEILING") != "1",
-    reason="about 3 s (a server and two official-client processes): SEGMENTSTORE_TEST_CEILING=1",
-)
 def test_the_benchmark_sends_the_official_clients_events_to_it(tmp_path: Path) -> None:
     """``bench_streams.py --ceiling``'s wiring: the official client (in a child process)
     asks the real controller, which hands out the null server's address; every event of
