@@ -32,9 +32,9 @@ stays ``inflight / rate``; "server ack" is shown as a share of that stay.
 The client's ceiling (``--ceiling``): every row again with the official client's data path
 sent to a null data server (``scripts/null_server.py``: the wire protocol answered at once,
 nothing stored), interleaved with the real rows, case by case. A second ``segmentstore
-serve`` runs the controller the client asks; its ``--advertised-host`` is 127.0.0.2, so
-``getURI`` names 127.0.0.2 and its own port, where the null server listens (the client's
-calls are unchanged, and the controller is the real one rather than a copy of it). Every
+serve`` runs the controller the client asks; its ``--advertised-port`` is the null
+server's, so ``getURI`` names the null server (the client's calls are unchanged, and the
+controller is the real one rather than a copy of it). Every
 null case checks that the null server counted the case's bytes and that the controller's
 own store saw no append. ``--ack-delays 1,2,4`` adds the same rows against the null server
 holding every reply that many ms (a server whose only cost is its ack latency; the loop's
@@ -79,7 +79,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from null_server import NullServerProcess  # noqa: E402
 
 CONTROLLER = re.compile(r"controller on (tcp://[0-9.]+:\d+)")
-NULL_HOST = "127.0.0.2"  # loopback: the null server listens here on the controller's data port
 
 # Runs in a child process: the official client's blocking calls hold the GIL.
 CHILD = r"""
@@ -303,19 +302,22 @@ class Backend:
 def null_backends(
     fsync: str, data: Path, delays_ms: list[float]
 ) -> tuple[list[Backend], ServerProcess, NullServerProcess]:
-    """A real ``segmentstore serve`` for the controller whose ``getURI`` hands out
-    127.0.0.2 and its own port, and the null server listening there: the official client
-    asks the real controller and sends its data to the null server. One backend per ack
-    delay (0 first), all on the same null server (the delay is set before each case)."""
-    ctl = ServerProcess(data, ["--controller-port", "0", "--fsync", fsync, "--advertised-host", NULL_HOST])  # fmt: skip
-    ctl.start()
-    m = next(filter(None, (CONTROLLER.search(line) for line in ctl.log)), None)
+    """The null server, and a real ``segmentstore serve`` for the controller whose
+    ``getURI`` hands out the null server's port (``--advertised-port``): the official
+    client asks the real controller and sends its data to the null server. One backend
+    per ack delay (0 first), all on the same null server (the delay is set before each
+    case)."""
+    null = NullServerProcess().start()
+    args = ["--controller-port", "0", "--fsync", fsync, "--advertised-port", str(null.port)]
+    ctl = ServerProcess(data, args)
     try:
+        ctl.start()
+        m = next(filter(None, (CONTROLLER.search(line) for line in ctl.log)), None)
         if m is None:
             raise SystemExit("the null run's server did not start its controller")
-        null = NullServerProcess(NULL_HOST, ctl.port).start()
     except BaseException:
         ctl.kill()
+        null.stop()
         raise
 
     def sample() -> dict[str, float]:

@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--advertised-host", help="host name the controller gives clients (must match the cert)"
     )
+    s.add_argument(
+        "--advertised-port", type=int, help="port the controller gives clients (default --port)"
+    )
     for name in SUBCOMMANDS:
         importlib.import_module(name).add_parser(sub)
     return p

@@ -70,12 +70,15 @@ class ServerConfig:
     auth_token_ttl_s: float = 600.0  # lifetime of the tokens the controller issues
     http_auth: str = "off"  # "on": /metrics, the relay and status need Basic/Bearer credentials
     advertised_host: str = ""  # host name getURI hands out (TLS clients check it); "" = --host
+    advertised_port: int = 0  # port getURI hands out (Pravega's published port); 0 = --port
 
     def validate(self) -> ServerConfig:
         if self.fsync not in FSYNC_MODES:
             raise ConfigError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {self.fsync!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} out of range")
+        if not 0 <= self.advertised_port <= 65535:
+            raise ConfigError(f"advertised port {self.advertised_port} out of range")
         if not -1 <= self.http_port <= 65535:
             raise ConfigError(f"http port {self.http_port} out of range")
         if self.containers < 1:

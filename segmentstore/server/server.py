@@ -192,7 +192,7 @@ class Server:
             auth.acls = await AclTable.open(self.ctx.tables)
         try:
             self.controller = await Controller.start(
-                self.ctx.store, self.ctx.tables, settings, (host, self.address[1]),
+                self.ctx.store, self.ctx.tables, settings, (host, c.advertised_port or self.address[1]),
                 tls_credentials, auth,
             )  # fmt: skip
         except ControllerError as e:

@@ -72,6 +72,15 @@ def test_endpoints_and_tokens(ctl: Ctl) -> None:
     assert stub.getDelegationToken(stream_info("a", "b")).delegationToken == ""
 
 
+def test_advertised_host_and_port_are_what_get_uri_hands_out(ctl_factory: Any) -> None:
+    """Pravega's published host and port: a server behind NAT or a port mapping names the
+    address clients must use; every segment's ``getURI`` answers with it."""
+    c: Ctl = ctl_factory(extra=["--advertised-host", "store.example", "--advertised-port", "4321"])
+    uri = c.stub().getURI(pb.SegmentId(streamInfo=stream_info("a", "b"), segmentId=7))
+    assert (uri.endpoint, uri.port) == ("store.example", 4321)
+    assert c.server.port != 4321
+
+
 def test_bad_requests_leave_nothing_behind(ctl: Ctl) -> None:
     stub = ctl.stub()
     stub.createScope(pb.ScopeInfo(scope="b"))

@@ -114,6 +114,7 @@ def run_serve(
         (["--config", "/nonexistent/ss.toml"], {}, None, "cannot read config file"),
         (["--log-file-mb", "0"], {}, None, "log file size must be 1 to 4096 MiB, not 0"),
         ([], {"SEGMENTSTORE_LOG_FILE_MB": "5000"}, None, "log file size must be 1 to 4096"),
+        (["--advertised-port", "70000"], {}, None, "advertised port 70000 out of range"),
     ],
 )
 def test_bad_settings_exit_2_with_a_clear_message(
