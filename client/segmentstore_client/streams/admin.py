@@ -256,7 +256,7 @@ class StreamAdmin(AdminClient):
         if reply.status != pb.ScaleResponse.STARTED:  # PRECONDITION_FAILED is also "no stream"
             await c.require_stream(scope, name, f"scale stream {stream!r}")
         c.check(reply, f"scale stream {stream!r}", ("STARTED",))
-        return c.ranges(pb.SegmentRanges(segmentRanges=reply.segments))
+        return c.ranges(reply.segments, "scale", whole=False)
 
     async def stream_info(self, stream: str) -> StreamInfo:
         """Segments per epoch, head and tail stream cuts, bytes and events per segment.
