@@ -15,12 +15,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from segmentstore.controller.metadata import Metadata
 from segmentstore.controller.model import TXN_COMMITTED, TXN_OPEN, StreamConfig
 from segmentstore.controller.streams import Streams
-from segmentstore.controller.transactions import Transactions
-from segmentstore.storage import SegmentStore, StoreConfig
-from segmentstore.tables import TableStore
+from segmentstore.storage import SegmentStore
+
+from .conftest import open_in_process
 
 THIRDS = [(0.0, 1 / 3), (1 / 3, 2 / 3), (2 / 3, 1.0)]
 STEPS = ("create_segment", "seal", "merge", "delete")
@@ -28,17 +27,6 @@ STEPS = ("create_segment", "seal", "merge", "delete")
 
 class Crash(BaseException):
     """Stands for the process dying at that point."""
-
-
-async def _open(path: Path) -> tuple[SegmentStore, TableStore, Streams, Transactions]:
-    store = await SegmentStore.open(StoreConfig(data_dir=path, direct_io=False))
-    tables = await TableStore.open(store)
-    md = await Metadata.open(tables)
-    streams = Streams(store, md)
-    txns = Transactions(streams, md)
-    await streams.recover()
-    await txns.recover()
-    return store, tables, streams, txns
 
 
 async def _events(store: SegmentStore, streams: Streams) -> list[bytes]:
@@ -59,7 +47,7 @@ async def _run(base: Path, crash_at: int) -> int:
     """Commit with a crash before store/metadata step ``crash_at`` (0: none); check the
     reopened copy. Returns how many steps the commit took."""
     live = base / f"live-{crash_at}"
-    store, tables, streams, txns = await _open(live)
+    store, tables, streams, txns = await open_in_process(live)
     await streams.create_scope("c")
     await streams.create_stream("c", "s", StreamConfig(min_segments=2))
     txn, rec = await txns.create("c", "s", 60_000)
@@ -101,7 +89,7 @@ async def _run(base: Path, crash_at: int) -> int:
             store.__dict__.pop(name, None)
         await tables.close()
         await store.close()
-    store, tables, streams, txns = await _open(copy)
+    store, tables, streams, txns = await open_in_process(copy)
     try:
         if streams.md.txns[txn.key].state == TXN_OPEN:  # died before COMMITTING was durable
             assert sorted(await _events(store, streams)) == [b"s0", b"s1"]  # none of it

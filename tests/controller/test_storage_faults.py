@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 
 from segmentstore.controller.groups import Groups
-from segmentstore.controller.metadata import Metadata
 from segmentstore.controller.model import TXN_COMMITTED, TXN_COMMITTING, TXN_OPEN, StreamConfig
 from segmentstore.controller.retention import Retention
 from segmentstore.controller.streams import Streams
 from segmentstore.controller.transactions import Transactions
-from segmentstore.storage import SegmentStore, StorageUnavailable, StoreConfig
+from segmentstore.storage import SegmentStore, StorageUnavailable
 from segmentstore.tables import TableStore
+
+from .conftest import open_in_process
 
 
 class Faults:
@@ -64,13 +65,7 @@ class Ctl:
 
 @asynccontextmanager
 async def opened(path: Path) -> AsyncIterator[Ctl]:
-    store = await SegmentStore.open(StoreConfig(data_dir=path, direct_io=False))
-    tables = await TableStore.open(store)
-    md = await Metadata.open(tables)
-    streams = Streams(store, md)
-    txns = Transactions(streams, md)
-    await streams.recover()
-    await txns.recover()
+    store, tables, streams, txns = await open_in_process(path)
     faults = Faults()
     store.set_fault_hook(faults)
     try:
