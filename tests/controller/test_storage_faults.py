@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from segmentstore.controller.autoscale import AutoScaler
 from segmentstore.controller.groups import Groups
 from segmentstore.controller.model import TXN_COMMITTED, TXN_COMMITTING, TXN_OPEN, StreamConfig
 from segmentstore.controller.retention import Retention
@@ -312,4 +313,25 @@ async def test_retention_on_a_full_disk_truncates_nothing_then_catches_up(tmp_pa
         c.heal()
         await retention.run()
         assert c.store.info("a/s/0.#epoch.0").start_offset == 300
+        assert_consistent(c)
+
+
+async def test_the_auto_scaler_on_a_full_disk_splits_nothing_then_splits(tmp_path: Path) -> None:
+    async with opened(tmp_path) as c:
+        await c.streams.create_scope("a")
+        cfg = StreamConfig(scale_type=1, target_rate=1, scale_factor=2, min_segments=1)
+        await c.streams.create_stream("a", "hot", cfg)
+        scaler = AutoScaler(c.streams, window_s=0.001, cooldown_s=0.0)
+        await scaler.run()  # the first sample
+        await c.store.append("a/hot/0.#epoch.0", b"x" * 100_000)  # far over 1 KB/s
+        c.faults.failing.add("wal.write")
+        with pytest.raises(StorageUnavailable):
+            await scaler.run()
+        rec = c.streams.get("a", "hot")
+        assert rec is not None and rec.pending is None and len(rec.epochs) == 1
+        c.heal()
+        await c.store.append("a/hot/0.#epoch.0", b"x" * 100_000)
+        await scaler.run()
+        rec = c.streams.get("a", "hot")
+        assert rec is not None and len(rec.current.segments) == 2
         assert_consistent(c)
