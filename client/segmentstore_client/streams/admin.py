@@ -281,6 +281,8 @@ class StreamAdmin(AdminClient):
         stats: dict[int, SegmentStats] = {}
         ranges = {r.segment: r for e in epochs for r in e}
         for sid in await c.segments_between(scope, name, head, {}):
+            if sid not in ranges:  # of an epoch after those read above (a scale since)
+                continue
             seg = segment_name(scope, name, sid)
             try:
                 si = await self.segment_info(seg)
