@@ -25,21 +25,38 @@ if TYPE_CHECKING:
 KiB = 1024
 
 
-async def exhaust_log(endpoint: str, segment: str) -> None:
-    """Append to ``segment`` until the store refuses even small appends: the log's
-    ready-made files are used up (the filler took the rest of the disk)."""
+def top_up(filler: Path) -> None:
+    """Give the filler whatever space came free (the store moves log data into chunk
+    files and recycles log files in the background)."""
+    with open(filler, "ab", buffering=0) as f:
+        for block in (64 * KiB, 4 * KiB, 256):
+            for _ in range(4096):  # bounded: the disk is small
+                try:
+                    f.write(b"\0" * block)
+                except OSError:
+                    break
+
+
+async def exhaust_log(endpoint: str, segment: str, filler: Path) -> None:
+    """Append to ``segment`` until the store refuses even a 32-byte append at once: the
+    log's ready-made files are used up and the filler took the rest of the disk."""
     async with sc.connect(endpoint, reconnect_timeout=5.0, request_timeout=10.0) as client:
         await client.create_segment(segment)
-        for size in (128 * KiB, 8 * KiB, 512, 32):  # ever smaller, down to the last bytes
-            w = client.writer(segment)  # a writer stops at its first failed append
-            for _ in range(200):  # far more than the log files hold at 128 KiB
-                try:
-                    await asyncio.wait_for(await w.write(b"x" * size), 20)
-                except (sc.SegmentStoreError, OSError):
-                    break
-            else:
-                raise AssertionError(f"the disk never filled up (200 x {size} B)")
-            w.abort()
+        for _ in range(20):  # rounds, until the disk stays full
+            top_up(filler)
+            for size in (128 * KiB, 8 * KiB, 512, 32):  # ever smaller, to the last bytes
+                w = client.writer(segment)  # a writer stops at its first failed append
+                written = 0
+                for _ in range(200):  # far more than the log files hold at 128 KiB
+                    try:
+                        await asyncio.wait_for(await w.write(b"x" * size), 20)
+                    except (sc.SegmentStoreError, OSError):
+                        break
+                    written += 1
+                w.abort()
+            if written == 0:
+                return
+        raise AssertionError("the disk never stayed full")
 
 
 def unavailable(call: Any, *args: Any) -> str:
@@ -79,7 +96,7 @@ def test_controller_on_a_full_disk(server_factory: ServerFactory, small_disk: Pa
         pb.CreateTxnRequest(streamInfo=stream_info("d", "s"), lease=60_000)
     )
     fill(small_disk / "filler")
-    asyncio.run(exhaust_log(server.endpoint, "junk"))
+    asyncio.run(exhaust_log(server.endpoint, "junk", small_disk / "filler"))
 
     info = stream_info("d", "s")
     halves = [pb.ScaleRequest.KeyRangeEntry(start=a, end=b) for a, b in ((0, 0.25), (0.25, 0.5))]
@@ -97,6 +114,7 @@ def test_controller_on_a_full_disk(server_factory: ServerFactory, small_disk: Pa
         (stub.commitTransaction, txn_req),
     ]
     for call, request in calls:
+        top_up(small_disk / "filler")  # what the store's background work freed meanwhile
         unavailable(call, request)
     state = stub.checkTransactionState(txn_req).state
     assert state == pb.TxnState.OPEN  # not COMMITTING: nothing of the commit was recorded
