@@ -2,8 +2,9 @@
 
 Contract: ``await Controller.start(store, tables, settings, endpoint)`` loads the metadata
 table, finishes operations a crash interrupted (streams first, then transactions), binds
-the gRPC port on the running event loop and starts one background task that expires
-transaction leases, enforces retention and auto-scales by-rate streams. ``stop()`` stops
+the gRPC port on the running event loop and starts one background task that finishes what
+a failed storage step left pending (disk full, I/O error), expires transaction leases,
+enforces retention and auto-scales by-rate streams. ``stop()`` stops
 accepting RPCs (calls in flight get a short grace) and the task. ``stats()`` feeds the
 server's Prometheus endpoint.
 """
@@ -20,7 +21,7 @@ import grpc
 from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
 from ..auth.controller_auth import AuthInterceptor
-from ..storage import SegmentStore
+from ..storage import SegmentStore, StorageUnavailable
 from ..tables import TableStore
 from .autoscale import AutoScaler
 from .decode_guard import DecodeGuard
@@ -104,11 +105,20 @@ class Controller:
         tick = self.settings.tick_s
         while True:  # until stop() cancels it
             await asyncio.sleep(tick)
-            for duty in (self.txns.expire, self.retention.run, self.autoscaler.run):
+            duties = (
+                self.streams.finish_pending,
+                self.txns.finish_pending,
+                self.txns.expire,
+                self.retention.run,
+                self.autoscaler.run,
+            )
+            for duty in duties:
                 try:
                     await duty()
                 except asyncio.CancelledError:
                     raise
+                except StorageUnavailable as e:  # disk full: one line; the next tick retries
+                    log.warning("controller background duty %s: %s", duty.__qualname__, e)
                 except Exception:
                     log.exception("controller background duty %s failed", duty.__qualname__)
 

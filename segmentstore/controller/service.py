@@ -3,7 +3,8 @@
 Contract: each method converts protobuf messages to the model's types, calls ``Streams``
 or ``Transactions``, and answers with the status enum value the official clients expect.
 A malformed request (``BadRequest``) is answered with gRPC INVALID_ARGUMENT, an unknown
-stream where the reply has no status field with NOT_FOUND; the clients fail at once on
+stream where the reply has no status field with NOT_FOUND, a store that cannot write
+(disk full, I/O error: ``StorageUnavailable``) with UNAVAILABLE and one log line; the clients fail at once on
 both (they retry only UNAVAILABLE-like codes and FAILURE statuses). Every call is counted
 by method and outcome in ``rpc_counts``. Nothing here blocks the event loop.
 """
@@ -22,6 +23,7 @@ from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
 from ..auth.controller_auth import caller_visibility
 from ..server.metrics import Histogram
+from ..storage import StorageUnavailable
 from .groups import Groups
 from .model import (
     TXN_OPEN,
@@ -63,6 +65,13 @@ def _counted(
         except TooManyTxns as e:
             self.rpc_counts[(name, "RESOURCE_EXHAUSTED")] += 1
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+            raise
+        except StorageUnavailable as e:
+            # Disk full or an I/O error: nothing of the failed step was applied, what was
+            # durable before it is finished by the background task (or a retry): one line.
+            log.warning("controller: %s failed, storage unavailable: %s", name, e)
+            self.rpc_counts[(name, "UNAVAILABLE")] += 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"storage unavailable: {e}")
             raise
         except Exception as e:
             if isinstance(e, grpc.aio.AbortError):

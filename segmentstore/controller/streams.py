@@ -5,7 +5,10 @@ durable metadata record naming the operation (``pending``), then the segment-sto
 (each idempotent: creating an existing segment, sealing a sealed one and deleting a gone
 one all count as done), then the record without ``pending``. ``recover()`` at startup
 redoes every pending step, so a crash in the middle of a scale, seal, truncation or delete
-finishes it. ``createStream`` writes its record and creates its segments at once (one
+finishes it; a store step that fails while running (disk full, I/O error:
+``StorageUnavailable``) leaves its pending record for the next call on that stream or the
+background ``finish_pending`` to finish, and the in-memory record changes only with the
+durable one. ``createStream`` writes its record and creates its segments at once (one
 group commit); ``recover()`` creates current segments a crash left missing. A request that fails validation changes nothing. Results are the names of
 Pravega's status enum values (``"SUCCESS"``, ``"STREAM_NOT_SEALED"``...), which the gRPC
 layer turns into numbers; ``BadRequest`` means the request itself is malformed.
@@ -27,6 +30,7 @@ from ..storage import (
     SegmentSealed,
     SegmentStore,
     StorageError,
+    StorageUnavailable,
 )
 from .metadata import Metadata
 from .model import (
@@ -73,6 +77,9 @@ class Streams:
         self._locks: dict[str, asyncio.Lock] = {}
         self.scale_events = 0
         self.on_scale: Callable[[ScaleEvent], None] | None = None
+        # Records of creations that failed half-way (disk full) whose removal failed too:
+        # hidden from every call, removed durably by ``finish_pending``.
+        self._unmade: dict[str, StreamRecord] = {}
 
     def lock(self, rec_key: str) -> asyncio.Lock:
         lock = self._locks.get(rec_key)
@@ -166,11 +173,18 @@ class Streams:
                 rec.next_number += 1
                 rec.segments[sid] = SegmentRecord(sid, lo, hi, t)
                 rec.epochs[0].segments.append(sid)
+            self._unmade.pop(rec.key, None)  # this creation writes the record anew
             # Segments and record together (one group commit); should the record outlive
             # its segments in a crash, ``recover`` creates the missing ones.
-            await asyncio.gather(
-                self._create_segments(rec, rec.epochs[0].segments, t), self.md.put_stream(rec)
+            results = await asyncio.gather(
+                self._create_segments(rec, rec.epochs[0].segments, t),
+                self.md.put_stream(rec),
+                return_exceptions=True,
             )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:  # disk full: no stream may stay listed without its segments
+                await self._unmake(rec)
+                raise failed[0]
         log.info("created stream %s/%s with %d segment(s)", scope, stream, cfg.min_segments)
         return "SUCCESS"
 
@@ -182,10 +196,12 @@ class Streams:
             rec = self.get(scope, stream)
             if rec is None:
                 return "STREAM_NOT_FOUND"
+            settled = await self._settle(rec)
+            if settled is None:
+                return "STREAM_NOT_FOUND"
+            rec = settled
             if rec.state != "active":
                 return "STREAM_SEALED"
-            if rec.pending is not None:  # a scale, seal or truncation is finishing
-                return "FAILURE"
             new = StreamRecord.from_json(rec.to_json())
             new.config = cfg
             count = self.resized(new)
@@ -217,8 +233,12 @@ class Streams:
             rec = self.get(scope, stream)
             if rec is None:
                 return "STREAM_NOT_FOUND"
-            if rec.state == "active":
-                new = StreamRecord.from_json(rec.to_json())
+            # A seal whose segments a full disk left unsealed is finished before SUCCESS.
+            settled = await self._settle(rec)
+            if settled is None:
+                return "STREAM_NOT_FOUND"
+            if settled.state == "active":
+                new = StreamRecord.from_json(settled.to_json())
                 new.state, new.pending = "sealed", {"op": "seal"}
                 await self.md.put_stream(new)
                 await self._finish(new)
@@ -229,6 +249,11 @@ class Streams:
             rec = self.get(scope, stream)
             if rec is None:
                 return "STREAM_NOT_FOUND"
+            deleting = rec.pending is not None and rec.pending.get("op") == "delete"
+            settled = await self._settle(rec)  # a delete a full disk interrupted ends here
+            if settled is None:
+                return "SUCCESS" if deleting else "STREAM_NOT_FOUND"
+            rec = settled
             if rec.state != "sealed" or rec.pending is not None:
                 return "STREAM_NOT_SEALED"
             new = StreamRecord.from_json(rec.to_json())
@@ -261,12 +286,28 @@ class Streams:
         """Seal ``sealed`` and replace them by segments over ``ranges`` in a new epoch."""
         async with self.lock(f"{scope}/{stream}"):
             rec = self.get(scope, stream)
-            if rec is None or rec.state != "active" or rec.pending is not None:
+            if rec is not None:
+                rec = await self._settle(rec)
+            if rec is None or rec.state != "active":
                 return "PRECONDITION_FAILED", None
             if not self.check_scale(rec, sealed, ranges):
+                if self.just_scaled(rec, sealed, ranges):  # a retry (after UNAVAILABLE)
+                    return "STARTED", rec
                 return "PRECONDITION_FAILED", None
             new = await self.scale_locked(rec, sealed, ranges)
         return "STARTED", new
+
+    @staticmethod
+    def just_scaled(
+        rec: StreamRecord, sealed: list[int], ranges: list[tuple[float, float]]
+    ) -> bool:
+        """Whether the stream's latest epoch is exactly this scale: ``sealed`` sealed by it
+        and its new segments over ``ranges`` (a client repeating a scale it got no answer to)."""
+        epoch = rec.current.epoch
+        if epoch == 0 or not sealed or any(s not in rec.segments for s in sealed):
+            return False
+        made = sorted(rec.segments[s].key_range for s in rec.current.segments if s >> 32 == epoch)
+        return made == sorted(ranges) and all(rec.segments[s].sealed_epoch == epoch for s in sealed)
 
     async def scale_locked(
         self, rec: StreamRecord, sealed: list[int], ranges: list[tuple[float, float]]
@@ -291,6 +332,8 @@ class Streams:
     async def truncate(self, scope: str, stream: str, cut: dict[int, int]) -> str:
         async with self.lock(f"{scope}/{stream}"):
             rec = self.get(scope, stream)
+            if rec is not None:
+                rec = await self._settle(rec)
             if rec is None:
                 return "STREAM_NOT_FOUND"
             if not rec.valid_cut(cut) or not rec.cut_not_before_head(cut):
@@ -313,16 +356,62 @@ class Streams:
     # ------------------------------------------------------------------ finishing steps
 
     async def recover(self) -> None:
-        """Finish every operation a crash interrupted (called once at startup)."""
+        """Finish every operation a crash interrupted (called once at startup). What the
+        store cannot write now (disk still full) stays pending for ``finish_pending``."""
         for rec in list(self.md.streams.values()):
-            missing = [s for s in rec.current.segments if not self.store.exists(rec.seg_name(s))]
-            if rec.pending is None and rec.state == "active" and missing:
-                log.info("creating %d missing segment(s) of %s", len(missing), rec.key)
-                await self._create_segments(rec, missing, rec.current.created_ms)
-            if rec.pending is not None:
-                log.info("finishing %s of %s after a restart", rec.pending["op"], rec.key)
-                async with self.lock(rec.key):
-                    await self._finish(rec)
+            try:
+                await self._recover_one(rec)
+            except StorageUnavailable as e:
+                log.warning("cannot finish the recovery of %s yet: %s", rec.key, e)
+
+    async def _recover_one(self, rec: StreamRecord) -> None:
+        missing = [s for s in rec.current.segments if not self.store.exists(rec.seg_name(s))]
+        if rec.pending is None and rec.state == "active" and missing:
+            log.info("creating %d missing segment(s) of %s", len(missing), rec.key)
+            await self._create_segments(rec, missing, rec.current.created_ms)
+        if rec.pending is not None:
+            log.info("finishing %s of %s after a restart", rec.pending["op"], rec.key)
+            async with self.lock(rec.key):
+                await self._finish(rec)
+
+    async def finish_pending(self) -> None:
+        """Background duty: finish every operation a failed storage step left pending and
+        remove the records of failed creations (``_unmade``); raises StorageUnavailable
+        while the store still cannot write (the next tick tries again)."""
+        for key in [k for k, r in self.md.streams.items() if r.pending is not None]:
+            async with self.lock(key):
+                rec = self.md.streams.get(key)
+                if rec is not None:
+                    await self._settle(rec)
+        for key, rec in list(self._unmade.items()):
+            async with self.lock(key):
+                if self._unmade.get(key) is rec:
+                    await self.md.remove_stream(rec)
+                    del self._unmade[key]
+
+    async def _settle(self, rec: StreamRecord) -> StreamRecord | None:
+        """Under the stream's lock: finish the operation ``rec`` has pending (a store step
+        failed after its record was durable); the record after it, None once deleted."""
+        if rec.pending is None:
+            return rec
+        log.info("finishing the pending %s of %s", rec.pending.get("op"), rec.key)
+        await self._finish(rec)
+        return self.get(rec.scope, rec.stream)
+
+    async def _unmake(self, rec: StreamRecord) -> None:
+        """Undo a creation of which a store step failed: its segments, then its record
+        (when that was written). A record that cannot be removed now is hidden and
+        removed by ``finish_pending``; should the process die first, ``recover`` gives
+        it its segments (as after a crash between the two writes)."""
+        for sid in rec.epochs[0].segments:
+            with contextlib.suppress(StorageError):
+                await self._delete(rec.seg_name(sid))
+        if rec.key in self.md.streams:
+            try:
+                await self.md.remove_stream(rec)
+            except StorageUnavailable:
+                self.md.streams.pop(rec.key, None)
+                self._unmade[rec.key] = rec
 
     async def _finish(self, rec: StreamRecord) -> StreamRecord:
         op = rec.pending or {}
@@ -340,6 +429,7 @@ class Streams:
             await self.md.put_stream(nxt)
             return await self._finish(nxt)
         if kind == "seal":
+            rec = StreamRecord.from_json(rec.to_json())  # md keeps the pending one till put
             targets = op.get("segments")
             ids = [int(s) for s in targets] if targets is not None else rec.current.segments
             # Concurrently: the store's group commit makes them share fsyncs.
@@ -353,6 +443,7 @@ class Streams:
                     made = sum(1 for s in rec.current.segments if s >> 32 == number)
                     self.on_scale(ScaleEvent(rec.scope, rec.stream, number, made, len(ids)))
         elif kind == "truncate":
+            rec = StreamRecord.from_json(rec.to_json())  # md keeps the pending one till put
             cut = {int(s): int(o) for s, o in op["cut"]}
             for sid, off in cut.items():
                 await self._truncate(rec.seg_name(sid), off)

@@ -18,6 +18,11 @@ Contract:
   pings only once per lease, so expiring exactly at the lease would abort live ones).
   Sealing a stream aborts its open transactions. Finished records are kept for
   ``KEEP_FINISHED_MS`` so that late state checks get a real answer.
+* A state change shows in memory only once its record is durable (``_put``): a failed
+  write (disk full) leaves the transaction as it was, so a ping never answers COMMITTED
+  for a commit that was not recorded. A commit or abort whose store steps failed after
+  its COMMITTING/ABORTING record was durable is finished by the next call or the
+  background ``finish_pending``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from ..storage import SegmentExists, SegmentNotFound
+from ..storage import SegmentExists, SegmentNotFound, StorageError, StorageUnavailable
 from .metadata import Metadata
 from .model import (
     TXN_ABORTED,
@@ -109,10 +114,16 @@ class Transactions:
                 self._expiry(lease_ms),
             )  # fmt: skip
             # Segments first; a crash before the record leaves orphans that startup removes.
-            for sid in txn.segments:
-                with contextlib.suppress(SegmentExists):
-                    await self.store.create_segment(rec.seg_name(sid) + txn.suffix)
-            await self.md.put_txn(txn)
+            try:
+                for sid in txn.segments:
+                    with contextlib.suppress(SegmentExists):
+                        await self.store.create_segment(rec.seg_name(sid) + txn.suffix)
+                await self.md.put_txn(txn)
+            except StorageUnavailable:  # disk full: leave no orphan behind while running
+                for sid in txn.segments:
+                    with contextlib.suppress(StorageError):
+                        await self.store.delete(rec.seg_name(sid) + txn.suffix)
+                raise
         return txn, rec
 
     async def ping(self, txn: TxnRecord, lease_ms: int) -> str:
@@ -137,8 +148,7 @@ class Transactions:
             if rec is None:
                 return "STREAM_NOT_FOUND"
             orders = [t.order for t in self.md.txns.values() if t.key.startswith(rec.key + "/")]
-            txn.state, txn.order = TXN_COMMITTING, max(orders, default=0) + 1
-            await self.md.put_txn(txn)
+            await self._put(txn, state=TXN_COMMITTING, order=max(orders, default=0) + 1)
             log.info("committing transaction %s (%d segment(s))", txn.key, len(txn.segments))
             await self._finish_commit(txn)
         return "SUCCESS"
@@ -159,8 +169,7 @@ class Transactions:
             before = rec.epochs[txn.roll_epoch - 1]
             ranges = [rec.segments[s].key_range for s in before.segments]
             await self.streams.scale_locked(rec, list(targets), ranges)
-        txn.state, txn.finished_ms = TXN_COMMITTED, self.clock()
-        await self.md.put_txn(txn)
+        await self._put(txn, state=TXN_COMMITTED, finished_ms=self.clock())
         self.committed += 1
 
     async def _roll_forward(
@@ -170,8 +179,7 @@ class Transactions:
         if txn.roll_epoch < 0:
             if rec.state != "active":
                 raise BadRequest("the stream was sealed before the transaction committed")
-            txn.roll_epoch = len(rec.epochs)
-            await self.md.put_txn(txn)
+            await self._put(txn, roll_epoch=len(rec.epochs))
         if len(rec.epochs) <= txn.roll_epoch:
             ranges = [rec.segments[s].key_range for s in txn.segments]
             rec = await self.streams.scale_locked(rec, list(rec.current.segments), ranges)
@@ -189,8 +197,7 @@ class Transactions:
             return "SUCCESS"
         if txn.state != TXN_OPEN:
             return "FAILURE"
-        txn.state = TXN_ABORTING
-        await self.md.put_txn(txn)
+        await self._put(txn, state=TXN_ABORTING)
         await self._finish_abort(txn)
         return "SUCCESS"
 
@@ -200,23 +207,35 @@ class Transactions:
             for parent in txn.segments:
                 with contextlib.suppress(SegmentNotFound):
                     await self.store.delete(rec.seg_name(parent) + txn.suffix)
-        txn.state, txn.finished_ms = TXN_ABORTED, self.clock()
-        await self.md.put_txn(txn)
+        await self._put(txn, state=TXN_ABORTED, finished_ms=self.clock())
         self.aborted += 1
+
+    async def _put(self, txn: TxnRecord, **changes: int) -> None:
+        """Change ``txn`` and write it; on a failed write (nothing applied) undo the change."""
+        before = {name: getattr(txn, name) for name in changes}
+        for name, value in changes.items():
+            setattr(txn, name, value)
+        try:
+            await self.md.put_txn(txn)
+        except StorageUnavailable:
+            for name, value in before.items():
+                setattr(txn, name, value)
+            raise
 
     # ------------------------------------------------------------------ background
 
     async def recover(self) -> None:
         """Finish commits and aborts a crash interrupted (in commit order); renew leases;
-        remove transaction segments that no transaction owns."""
-        for txn in sorted(self.md.txns.values(), key=lambda t: (t.key.rsplit("/", 1)[0], t.order)):
-            if txn.state == TXN_COMMITTING:
-                log.info("finishing the commit of transaction %s after a restart", txn.key)
-                await self.commit(txn)
-            elif txn.state == TXN_ABORTING:
-                await self.abort(txn)
-            elif txn.state == TXN_OPEN:
+        remove transaction segments that no transaction owns. What the store cannot write
+        now (disk still full) is left to ``finish_pending``."""
+        for txn in self.md.txns.values():
+            if txn.state == TXN_OPEN:
                 txn.expires_ms = self._expiry(txn.lease_ms)
+        try:
+            await self.finish_pending()
+        except StorageUnavailable as e:
+            log.warning("cannot finish the interrupted transactions yet: %s", e)
+            return
         owned = {
             self.md.streams[t.key.rsplit("/", 1)[0]].seg_name(s) + t.suffix
             for t in self.md.txns.values()
@@ -228,6 +247,17 @@ class Transactions:
                 log.info("deleting transaction segment %s that no transaction owns", name)
                 with contextlib.suppress(SegmentNotFound):
                     await self.store.delete(name)
+
+    async def finish_pending(self) -> None:
+        """Finish every COMMITTING or ABORTING transaction, in commit order per stream
+        (after a crash, or a commit whose merges failed on a full disk)."""
+        unfinished = [t for t in self.md.txns.values() if t.state in (TXN_COMMITTING, TXN_ABORTING)]
+        for txn in sorted(unfinished, key=lambda t: (t.key.rsplit("/", 1)[0], t.order)):
+            if txn.state == TXN_COMMITTING:
+                log.info("finishing the commit of transaction %s", txn.key)
+                await self.commit(txn)
+            elif txn.state == TXN_ABORTING:
+                await self.abort(txn)
 
     def _is_stream_txn(self, name: str) -> bool:
         parent = name.split("#transaction.", 1)[0]

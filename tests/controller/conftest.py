@@ -17,6 +17,12 @@ import pytest
 from segmentstore_client.controller_proto import controller_pb2 as pb
 from segmentstore_client.controller_proto import controller_pb2_grpc as pb_grpc
 
+from segmentstore.controller.metadata import Metadata
+from segmentstore.controller.streams import Streams
+from segmentstore.controller.transactions import Transactions
+from segmentstore.storage import SegmentStore, StoreConfig
+from segmentstore.tables import TableStore
+
 if TYPE_CHECKING:
     from conftest import ServerFactory, ServerProcess  # tests/conftest.py
 
@@ -123,6 +129,19 @@ def check_events(lines: list[str], keys: int, per_key: int | None = None) -> dic
             assert ns == list(range(per_key)), f"key {key}: {len(ns)} events, gaps or extras"
     assert len(seen) <= keys
     return seen
+
+
+async def open_in_process(path: Path) -> tuple[SegmentStore, TableStore, Streams, Transactions]:
+    """The controller's parts on a real store in this process, after startup recovery
+    (close with ``tables.close()`` then ``store.close()``)."""
+    store = await SegmentStore.open(StoreConfig(data_dir=path, direct_io=False))
+    tables = await TableStore.open(store)
+    md = await Metadata.open(tables)
+    streams = Streams(store, md)
+    txns = Transactions(streams, md)
+    await streams.recover()
+    await txns.recover()
+    return store, tables, streams, txns
 
 
 def stream_info(scope: str, stream: str) -> Any:

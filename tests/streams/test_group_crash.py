@@ -16,37 +16,63 @@ from pathlib import Path
 
 import segmentstore_client as sc
 from controller.conftest import Ctl, controller_uri
-from segmentstore_client.streams.reader_group import GroupReader
+from segmentstore_client.streams.reader_group import GroupReader, ReaderGroup
 
 from .test_reader_group import drain, fill
 
 CHILD = Path(__file__).with_name("group_reader_child.py")
 
 
-async def test_reader_process_killed_mid_read(ctl: Ctl, client: sc.Client) -> None:
-    keys, per_key = 40, 50
-    await client.create_scope("k")
-    await client.create_stream("k/s", 4)
-    await fill(client, "k/s", keys, per_key)
-    everything = {f"k{i}:{n}" for i in range(keys) for n in range(per_key)}
-    group = await client.reader_group("k/g", ["k/s"], reader_timeout=1.5, sync_interval=0.1)
-    args = [ctl.server.endpoint, controller_uri(ctl.server), "k/g", "k/s", "doomed"]
-    proc = subprocess.Popen(
+def spawn_reader(ctl: Ctl, group: str, stream: str, rid: str) -> subprocess.Popen[str]:
+    """A group member in its own process that prints each event it reads."""
+    args = [ctl.server.endpoint, controller_uri(ctl.server), group, stream, rid]
+    return subprocess.Popen(
         [sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
+
+
+async def doomed_group(
+    ctl: Ctl, client: sc.Client, scope: str, segments: int, keys: int, rid: str
+) -> tuple[ReaderGroup, set[str], subprocess.Popen[str]]:
+    """Stream ``<scope>/s`` with 50 events per key, group ``<scope>/g`` (reader timeout
+    1.5 s) and its member ``rid`` reading in a child process."""
+    await client.create_scope(scope)
+    await client.create_stream(f"{scope}/s", segments)
+    await fill(client, f"{scope}/s", keys, 50)
+    everything = {f"k{i}:{n}" for i in range(keys) for n in range(50)}
+    group = await client.reader_group(
+        f"{scope}/g", [f"{scope}/s"], reader_timeout=1.5, sync_interval=0.1
+    )
+    return group, everything, spawn_reader(ctl, f"{scope}/g", f"{scope}/s", rid)
+
+
+def first_lines(proc: subprocess.Popen[str], n: int) -> list[str]:
+    """The first ``n`` events the child read (within 60 s)."""
     assert proc.stdout is not None
-    dead: list[str] = []
+    got: list[str] = []
     deadline = time.monotonic() + 60
-    while len(dead) < 300:  # it holds all four segments and is mid-way through them
+    while len(got) < n:
         line = proc.stdout.readline()
         assert line and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-        dead.append(line.strip())
-    # a checkpoint the doomed reader passes while alive
-    cuts = await group.checkpoint("before-kill", timeout=20)
+        got.append(line.strip())
+    return got
+
+
+def kill_9(proc: subprocess.Popen[str]) -> list[str]:
+    """SIGKILL the child; the events it printed before dying that were not read yet."""
+    assert proc.stdout is not None
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    dead += [line.strip() for line in proc.stdout.read().splitlines()]
+    return [line.strip() for line in proc.stdout.read().splitlines()]
+
+
+async def test_reader_process_killed_mid_read(ctl: Ctl, client: sc.Client) -> None:
+    group, everything, proc = await doomed_group(ctl, client, "k", 4, 40, "doomed")
+    dead = first_lines(proc, 300)  # it holds all four segments and is mid-way through them
+    # a checkpoint the doomed reader passes while alive
+    cuts = await group.checkpoint("before-kill", timeout=20)
+    dead += kill_9(proc)
     survivor: list[str] = []
     await drain(group.reader("survivor"), survivor, idle=4.0)  # waits out the timeout
     assert set(dead) | set(survivor) == everything  # nothing lost
@@ -98,3 +124,22 @@ async def test_idle_readers_pass_a_checkpoint_and_delete(client: sc.Client) -> N
     assert await group.state() == {}  # the table is gone; made again from the start:
     fresh = await client.reader_group("i/g", ["i/s"])
     assert len([ev async for ev in fresh.reader("r").events(idle_timeout=1)]) == 100
+
+
+async def test_a_checkpoint_when_the_only_reader_was_killed(ctl: Ctl, client: sc.Client) -> None:
+    """The group's one reader dies (SIGKILL) mid-read; a checkpoint taken then has no live
+    reader to expire it: it used to wait out its timeout. It completes after the reader
+    timeout at the dead reader's last synced offsets, and a group from its cuts reads
+    every event the dead reader had not passed (at least once, nothing lost)."""
+    group, everything, proc = await doomed_group(ctl, client, "o", 2, 20, "only")
+    dead = first_lines(proc, 200)
+    dead += kill_9(proc)
+    t0 = time.monotonic()
+    cuts = await group.checkpoint("after-kill", timeout=10)
+    assert time.monotonic() - t0 < 6  # the reader timeout (1.5 s), not the checkpoint's
+    assert "only" not in (await group.state())["heartbeats"]
+    again = await client.reader_group("o/again", ["o/s"], cuts)
+    after: list[str] = []
+    await drain(again.reader("r"), after)
+    assert set(dead) | set(after) == everything  # nothing lost
+    assert len(after) == len(set(after))

@@ -256,7 +256,7 @@ class StreamAdmin(AdminClient):
         if reply.status != pb.ScaleResponse.STARTED:  # PRECONDITION_FAILED is also "no stream"
             await c.require_stream(scope, name, f"scale stream {stream!r}")
         c.check(reply, f"scale stream {stream!r}", ("STARTED",))
-        return c.ranges(pb.SegmentRanges(segmentRanges=reply.segments))
+        return c.ranges(reply.segments, "scale", whole=False)
 
     async def stream_info(self, stream: str) -> StreamInfo:
         """Segments per epoch, head and tail stream cuts, bytes and events per segment.
@@ -281,6 +281,8 @@ class StreamAdmin(AdminClient):
         stats: dict[int, SegmentStats] = {}
         ranges = {r.segment: r for e in epochs for r in e}
         for sid in await c.segments_between(scope, name, head, {}):
+            if sid not in ranges:  # of an epoch after those read above (a scale since)
+                continue
             seg = segment_name(scope, name, sid)
             try:
                 si = await self.segment_info(seg)

@@ -32,7 +32,7 @@ from ..errors import (
     SegmentStoreError,
     Timeout,
 )
-from .routing import KeyRange
+from .routing import KeyRange, range_problem, tiling_problem
 
 _EXTRA = "streams need grpcio and protobuf: pip install 'segmentstore[streams]'"
 # Calls that may be repeated without changing the outcome (reads; commit, abort and ping
@@ -63,6 +63,9 @@ class StreamError(SegmentStoreError):
     def __init__(self, message: str, status: str = "") -> None:
         super().__init__(message)
         self.status = status
+
+
+INVALID_REPLY = "INVALID_REPLY"  # StreamError.status of a reply that cannot be true
 
 
 class NoSuchStream(StreamError):
@@ -226,9 +229,24 @@ class ControllerClient:
 
     # -- segments
 
-    @staticmethod
-    def ranges(reply: Any) -> list[KeyRange]:
-        return [KeyRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in reply.segmentRanges]
+    def ranges(self, items: Any, method: str, whole: bool = True) -> list[KeyRange]:
+        """The ``SegmentRange`` messages of a reply as key ranges; StreamError
+        INVALID_REPLY unless each is sound and (``whole``) together they tile [0, 1) (an
+        empty list passes: a sealed stream has no current segments)."""
+        ranges = [KeyRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in items]
+        if whole:
+            problem = tiling_problem(ranges) if ranges else None
+        else:
+            problem = next(filter(None, map(range_problem, ranges)), None)
+        if problem is not None:
+            raise self.invalid_reply(method, problem)
+        return ranges
+
+    def invalid_reply(self, method: str, problem: str) -> StreamError:
+        """The error for a reply no honest controller sends (nothing is done with it)."""
+        return StreamError(
+            f"controller {self.uri} sent an invalid {method} reply: {problem}", INVALID_REPLY
+        )
 
     async def require_stream(self, scope: str, stream: str, what: str) -> None:
         """Raise :class:`NoSuchStream` (status ``SCOPE_NOT_FOUND`` or ``STREAM_NOT_FOUND``)
@@ -243,7 +261,8 @@ class ControllerClient:
 
     async def current_segments(self, scope: str, stream: str) -> list[KeyRange]:
         """The active segments; empty when the stream is sealed, NoSuchStream if missing."""
-        ranges = self.ranges(await self.call("getCurrentSegments", self.info(scope, stream)))
+        reply = await self.call("getCurrentSegments", self.info(scope, stream))
+        ranges = self.ranges(reply.segmentRanges, "getCurrentSegments")
         if not ranges:
             await self.require_stream(scope, stream, "getCurrentSegments")
         return ranges
@@ -254,7 +273,8 @@ class ControllerClient:
             streamInfo=self.info(scope, stream), epoch=epoch
         )
         try:
-            return self.ranges(await self.call("getEpochSegments", req))
+            reply = await self.call("getEpochSegments", req)
+            return self.ranges(reply.segmentRanges, "getEpochSegments")
         except StreamError as e:
             if e.status == "INVALID_ARGUMENT":  # also the controller's answer for no stream
                 await self.require_stream(scope, stream, "getEpochSegments")
@@ -265,13 +285,25 @@ class ControllerClient:
         reply = await self.call("getSegmentsImmediatelyFollowing", req)
         if not reply.segments:  # none: the segment is current, or the stream sealed or gone
             await self.require_stream(scope, stream, "getSegmentsImmediatelyFollowing")
-        return [
+        out = [
             Successor(
                 KeyRange(e.segment.segmentId.segmentId, e.segment.minKey, e.segment.maxKey),
                 tuple(e.value),
             )
             for e in reply.segments
         ]
+        for s in out:
+            # A successor is made by a later scale (its epoch, the id's top half, is
+            # greater) and names the segment among its predecessors: anything else could
+            # send a writer or reader round a cycle, or back over events it has read.
+            problem = range_problem(s.range)
+            if problem is None and s.range.segment >> 32 <= segment >> 32:
+                problem = f"successor {s.range.segment} is not of a later epoch than {segment}"
+            if problem is None and segment not in s.predecessors:
+                problem = f"successor {s.range.segment} does not name {segment} as predecessor"
+            if problem is not None:
+                raise self.invalid_reply("getSegmentsImmediatelyFollowing", problem)
+        return out
 
     async def segments_at(self, scope: str, stream: str, timestamp: int) -> dict[int, int]:
         """The stream cut at ``timestamp`` ms (0: the head): segment id -> offset."""

@@ -72,9 +72,7 @@ def sync(
 ) -> dict[str, int]:
     """One sync of ``reader``: heartbeat, record offsets, pass checkpoints, release dead
     readers' and surplus segments, take its share. Returns its segments and offsets."""
-    for other, seen in list(st["heartbeats"].items()):
-        if other != reader and now - seen > timeout:
-            leave(st, other)
+    expire(st, now, timeout, keep=reader)
     st["heartbeats"][reader] = now
     mine = st["assigned"].setdefault(reader, {})
     for seg in mine:
@@ -93,6 +91,15 @@ def sync(
     for seg in sorted(st["unassigned"])[: min(take, max(0, fair - len(mine)))]:
         mine[seg] = st["unassigned"].pop(seg)
     return dict(mine)
+
+
+def expire(st: State, now: float, timeout: float, keep: str = "") -> list[str]:
+    """Readers (but ``keep``) not synced for ``timeout`` seconds leave (``leave``: their
+    segments return at their last synced offsets, checkpoints stop waiting for them)."""
+    dead = [r for r, seen in st["heartbeats"].items() if r != keep and now - seen > timeout]
+    for reader in dead:
+        leave(st, reader)
+    return dead
 
 
 def join(st: State, reader: str, now: float) -> None:

@@ -170,16 +170,26 @@ class ReaderGroup:
 
     async def checkpoint(self, name: str, *, timeout: float = 60.0) -> list[StreamCut]:
         """Start checkpoint ``name``; returns, once every reader passed it, one stream cut
-        per stream such that every event before it was delivered."""
+        per stream such that every event before it was delivered. A reader that stopped
+        syncing (a killed process) leaves after ``reader_timeout`` and the checkpoint
+        takes its last synced offsets, even when no live reader is there to expire it."""
         await self.update(lambda st: gs.start_checkpoint(st, name))
         deadline = time.monotonic() + timeout
         while True:
-            cut = gs.checkpoint_cut(await self.state(), name)
+            st = await self.state()
+            cut = gs.checkpoint_cut(st, name)
             if cut is not None:
                 return self._cuts(cut)
+            await self._expire_dead(st["checkpoints"][name]["pending"], st["heartbeats"])
             if time.monotonic() > deadline:
                 raise TimeoutError(f"checkpoint {name!r}: readers did not pass it in {timeout}s")
             await asyncio.sleep(min(0.05, self.sync_interval / 4))
+
+    async def _expire_dead(self, pending: list[str], heartbeats: dict[str, float]) -> None:
+        """Make readers among ``pending`` that stopped syncing leave the group."""
+        now = time.time()
+        if any(now - heartbeats.get(r, 0.0) > self.reader_timeout for r in pending):
+            await self.update(lambda st: gs.expire(st, now, self.reader_timeout))
 
     def _cuts(self, positions: dict[str, int]) -> list[StreamCut]:
         per: dict[str, dict[int, int]] = {s: {} for s in self.streams}

@@ -109,6 +109,41 @@ class KeyRange:
     high: float
 
 
+_EPSILON = 1e-9  # the controller's tolerance where two key ranges meet
+_MAX_SEGMENT_ID = (1 << 63) - 1
+
+
+def range_problem(r: KeyRange) -> str | None:
+    """What is wrong with one key range a controller sent (None: nothing)."""
+    if not isinstance(r.segment, int) or not 0 <= r.segment <= _MAX_SEGMENT_ID:
+        return f"segment id {r.segment!r} is not a non-negative 64-bit number"
+    if not (0.0 <= r.low < r.high <= 1.0):  # also false for NaN
+        return f"segment {r.segment} has the key range [{r.low}, {r.high}), not inside [0, 1)"
+    return None
+
+
+def tiling_problem(ranges: list[KeyRange]) -> str | None:
+    """What keeps ``ranges`` from tiling [0, 1) once each (None: they do): routing over a
+    gap, an overlap or a NaN bound would send keys to the wrong segment without a word."""
+    if not ranges:
+        return "no segments"
+    pos, seen = 0.0, set()
+    for r in sorted(ranges, key=lambda r: (r.low, r.high)):
+        problem = range_problem(r)
+        if problem is not None:
+            return problem
+        if r.segment in seen:
+            return f"segment {r.segment} is listed twice"
+        seen.add(r.segment)
+        if abs(r.low - pos) > _EPSILON:
+            where = "a gap" if r.low > pos else "an overlap"
+            return f"{where} in the key space at {min(pos, r.low)} (segment {r.segment})"
+        pos = r.high
+    if abs(pos - 1.0) > _EPSILON:
+        return f"the key space ends at {pos}, not 1"
+    return None
+
+
 class KeyRanges:
     """Which segment takes which hash: pieces of [0, 1) sorted by upper bound."""
 

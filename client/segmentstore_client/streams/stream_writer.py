@@ -373,7 +373,12 @@ class StreamWriter:
                         f"segment {s.range.segment} merged several and holds its events"
                     )
                     raise self._error
-        self._ranges = self._ranges.replace(sid, [s.range for s in successors])
+        try:
+            self._ranges = self._ranges.replace(sid, [s.range for s in successors])
+        except ValueError as e:  # successors that leave part of the range to nobody
+            controller = self._client.controller
+            self._error = controller.invalid_reply("getSegmentsImmediatelyFollowing", str(e))
+            raise self._error from None
         self._route_cache.clear()
         for chunk in sent:
             if chunk.ticket is not None:
@@ -398,7 +403,10 @@ class StreamWriter:
             streamInfo=c.info(self._scope, self._stream), lease=lease_ms
         )
         reply = await c.call("createTransaction", req)
-        return Transaction(self._client, self._scope, self._stream, reply, self.writer_id)
+        ranges = c.ranges(reply.activeSegments, "createTransaction")
+        if not ranges:
+            raise c.invalid_reply("createTransaction", "no segments")
+        return Transaction(self._client, self._scope, self._stream, reply, self.writer_id, ranges)
 
     async def flush(self) -> None:
         """Wait until every event written so far is durable (following scale events).

@@ -39,12 +39,19 @@ class Transaction:
         await txn.commit()       # both visible at once, or (abort) neither
     """
 
-    def __init__(self, client: Client, scope: str, stream: str, reply: Any, writer_id: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        scope: str,
+        stream: str,
+        reply: Any,
+        writer_id: str,
+        ranges: list[KeyRange],  # reply.activeSegments, checked (ControllerClient.ranges)
+    ) -> None:
         self._client = client
         self._scope, self._stream = scope, stream
         self.high, self.low = reply.txnId.highBits, reply.txnId.lowBits
         self.id = uuid.UUID(txn_suffix(self.high, self.low).split(".")[1])
-        ranges = [KeyRange(r.segmentId.segmentId, r.minKey, r.maxKey) for r in reply.activeSegments]
         self._ranges = KeyRanges(ranges)
         self._key_ranges = ranges
         self._writers: dict[int, EventWriter] = {}
