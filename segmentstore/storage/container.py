@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -81,6 +82,21 @@ log = logging.getLogger("segmentstore.storage")
 class SegmentContainer(ContainerReads):
     # ------------------------------------------------------------------ lifecycle
 
+    async def preflight(self) -> None:
+        """Raise what ``start`` would refuse to start with (``StoreCorrupted``), changing
+        nothing on disk: recovery's dry run, the one ``segmentstore check`` does, with its
+        log lines held back (``start`` says them). The store runs it for every container
+        before any of them starts, because recovery cuts checksums, drops chunk files the
+        checkpoint does not cover and writes replayed data before it reaches damage further
+        on in the log: a refused start must leave the directory as it found it."""
+        await self._loop.run_in_executor(self._io_exec, _dry_run, self)
+
+    def abandon(self) -> None:
+        """Stop the threads of a container that will not start (idempotent)."""
+        self._log_thread.shutdown()
+        self._io_exec.shutdown()
+        self._chunks.close()
+
     async def start(self) -> float:
         """Recover from disk and start the background tasks; returns recovery seconds."""
         t0 = time.perf_counter()
@@ -89,9 +105,7 @@ class SegmentContainer(ContainerReads):
                 self._io_exec, recover, self.dir, self._chunks, self.label, self.config.fsync
             )
         except BaseException:
-            self._log_thread.shutdown()
-            self._io_exec.shutdown()
-            self._chunks.close()
+            self.abandon()
             raise
         self._segments = rec.segments
         self._next_seq = self._batch_first_seq = rec.next_seq
@@ -483,3 +497,23 @@ def _check_i64(name: str, value: int) -> None:
 
 
 __all__ = ["SegmentContainer", "StorageError"]
+
+
+class _OtherThreads(logging.Filter):
+    """Drops the records of the thread that made it (a dry run's repeat of start's lines)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.thread
+
+
+def _dry_run(container: SegmentContainer) -> None:
+    quiet = _OtherThreads()
+    log.addFilter(quiet)
+    try:
+        recover(container.dir, container._chunks, container.label, container.config.fsync, True)
+    finally:
+        log.removeFilter(quiet)

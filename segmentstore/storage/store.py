@@ -94,12 +94,18 @@ class SegmentStore:
         ]
         started: list[SegmentContainer] = []
         try:
+            # Every container's verdict first: a refused start changes no container.
+            for c in containers:
+                await c.preflight()
             for c in containers:
                 await c.start()
                 started.append(c)
         except BaseException:
             for c in started:
                 await c.close()
+            for c in containers:
+                if c not in started:
+                    c.abandon()
             os.close(lock_fd)
             raise
         store = cls(config, containers)

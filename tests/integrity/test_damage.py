@@ -77,6 +77,9 @@ async def _build(data_dir: Path, crash: Path) -> dict[str, bytes]:
         for i in range(POST):
             await s.append(STREAMS[0], _post(i))
             expected[STREAMS[0]] += _post(i)
+        # Let the flush timer copy the new bytes into the chunk files past the checkpoint's
+        # lengths, so a refused start has chunk bytes it could cut (it must not).
+        await asyncio.sleep(0.3)
         shutil.copytree(data_dir, crash)  # the disk as a kill -9 now would leave it
     return expected
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -173,6 +174,47 @@ async def test_bit_flip_in_the_newest_log_refuses_then_repair_keeps_the_prefix(
         assert s.get_attribute("seg", W) == 9
         data = bytes((await s.read("seg", 0, 1000)).data)
         assert data == b"".join(f"event-{i:04d};".encode() for i in range(10))
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+
+async def test_a_refused_start_changes_no_container(
+    tmp_path: Path, crash_copy: Callable[[Path], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Damage in one container's log refuses the start before any container's recovery
+    cuts chunk checksums, drops chunk files or writes replayed data (each of which the
+    healthy containers' recovery would do here): every file stays byte for byte, no
+    thread is left behind, and the refusal is said once, not twice."""
+    cfg = small_config(
+        tmp_path / "live", container_count=2, checkpoint_log_bytes=1 << 40, log_file_bytes=1 << 20
+    )
+    async with await SegmentStore.open(cfg) as s:
+        names = [f"seg-{i}" for i in range(8)]  # both containers hold some
+        for name in names:
+            await s.create_segment(name)
+        for i in range(40):
+            for name in names:
+                await s.append(name, f"{name}:{i:04d};".encode() * 40)
+        await asyncio.sleep(0.3)  # the flush timer copies bytes into chunk files
+        copy = crash_copy(cfg.data_dir)
+    damaged = sorted((copy / "container-0001" / "log").glob("*.log"))[-1]
+    raw = bytearray(damaged.read_bytes())
+    raw[raw.index(b":0020;") + 2] ^= 0x04
+    damaged.write_bytes(bytes(raw))
+    before = _files(copy)
+    threads = threading.active_count()
+    reopen = small_config(copy, container_count=2, log_file_bytes=1 << 20)
+    with (
+        caplog.at_level(logging.WARNING, logger="segmentstore.storage"),
+        pytest.raises(StoreCorrupted, match=damaged.name),
+    ):
+        await SegmentStore.open(reopen)
+    assert _files(copy) == before
+    assert threading.active_count() == threads
+    assert not [r for r in caplog.records if "torn tail" in r.getMessage()]
+    assert len([r for r in caplog.records if damaged.name in r.getMessage()]) <= 1
 
 
 async def test_corrupted_length_field_is_damage_not_a_tail(
