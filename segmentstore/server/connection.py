@@ -95,12 +95,6 @@ log = logging.getLogger("segmentstore.server")
 
 _APPEND_DATA = (AppendBlock, AppendBlockEnd, ConditionalAppend, ConditionalBlockEnd, Padding)
 MIN_READ_CAP = 64 * 1024
-# Commands one call of ``process`` dispatches before the rest of the backlog waits for the
-# next loop turn (the socket stays paused meanwhile). One read from a client with many
-# writers carries a burst (99 appends every 10 ms in bench_latency.py --active 100, ~35 us
-# of loop time each): without a slice, another connection's lone append, and the log
-# thread's eventfd callback, waited for the whole burst.
-DISPATCH_SLICE = 32
 
 
 class Connection(asyncio.Protocol):
@@ -134,7 +128,6 @@ class Connection(asyncio.Protocol):
         self._backlog: deque[Command] = deque()
         self._flush_pending = False
         self._flush_handle: asyncio.Handle | None = None
-        self._more: asyncio.Handle | None = None  # the backlog's next slice (``process``)
         self._early = server.early_flush
         self._out_budget = server.output_budget
         self._tasks: set[asyncio.Task[None]] = set()
@@ -216,18 +209,10 @@ class Connection(asyncio.Protocol):
         each read may answer with up to ``read_cap`` bytes: so commands wait here while
         the transport is paused or too many requests are being served, and resume when the
         transport drains (``resume_writing``), a task ends, or our own queue is flushed.
-        At most ``DISPATCH_SLICE`` commands go per call; the rest follow in the next loop
-        turn (``_next_slice``), after whatever else the loop has ready.
         """
         backlog = self._backlog
         out_budget = self._out_budget
-        left = DISPATCH_SLICE
         while backlog and not self.closed:
-            if not left:
-                if self._more is None:
-                    self._more = self.loop.call_soon(self._next_slice)
-                break
-            left -= 1
             # _output_full() only when one of its conditions may hold (the common case
             # costs three comparisons, not a call per command)
             if (
@@ -247,10 +232,6 @@ class Connection(asyncio.Protocol):
             except Exception as e:  # no exception escapes a handler: it gets a reply
                 self.reply(internal_error(command, e))
         self.update_reading()
-
-    def _next_slice(self) -> None:
-        self._more = None
-        self.process()
 
     def pause_writing(self) -> None:
         self._paused_writes = True
