@@ -13,6 +13,7 @@ ack time after the server's append latency is the client and the loopback.
     .venv/bin/python scripts/bench_latency.py                      # 2000 events, 100 B
     .venv/bin/python scripts/bench_latency.py --interval-ms 1 --events 1000
     .venv/bin/python scripts/bench_latency.py --active 100 --events 1000   # 99 more segments
+    .venv/bin/python scripts/bench_latency.py --active 100 --background process  # by another client
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import segmentstore_client as sc  # noqa: E402
-from bench_peers import background_load  # noqa: E402
+from bench_peers import background_load, background_process  # noqa: E402
 
 from segmentstore.server.launcher import ServerProcess  # noqa: E402
 from segmentstore.storage.stages import STAGE_NAMES  # noqa: E402
@@ -62,11 +63,18 @@ def bucket_quantile(m: dict[str, float], family: str, label: str, q: float) -> f
 
 
 async def write_lone_events(
-    endpoint: str, n: int, size: int, interval: float, active: int = 1
+    endpoint: str,
+    n: int,
+    size: int,
+    interval: float,
+    active: int = 1,
+    background: str = "client",
 ) -> tuple[list[float], list[float]]:
     """(write() -> ack, write() -> tail reader woken) of n events; the reader is a follow
     reader on its own connection in this process. ``active`` > 1: that many segments in
-    all, the others taking one event each every 10 ms (as bench_peers.py does)."""
+    all, the others taking one event each every 10 ms (as bench_peers.py does), written
+    by this client and loop (``background="client"``) or by another process with its own
+    client (``"process"``)."""
     acks: list[float] = []
     started_at: list[float] = []
     woken_at: list[float] = []
@@ -83,7 +91,9 @@ async def write_lone_events(
 
         tailing = asyncio.ensure_future(tail())
         async with contextlib.AsyncExitStack() as stack:
-            if active > 1:
+            if active > 1 and background == "process":
+                stack.enter_context(background_process(endpoint, name, active - 1))
+            elif active > 1:
                 stack.enter_context(background_load(client, name, active - 1))
                 await asyncio.sleep(1)  # the background writers are set up
             w = await stack.enter_async_context(client.writer(name))
@@ -114,6 +124,13 @@ def main() -> None:
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--interval-ms", type=float, default=0.0)
     p.add_argument("--active", type=int, default=1, help="segments taking events (see above)")
+    p.add_argument(
+        "--background",
+        default="client",
+        choices=("client", "process"),
+        help="with --active: the other segments are written by this client and loop, or by "
+        "another process with its own client",
+    )
     p.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as data_dir:
@@ -122,7 +139,12 @@ def main() -> None:
         try:
             acks, wake = asyncio.run(
                 write_lone_events(
-                    proc.endpoint, args.events, args.size, args.interval_ms / 1000, args.active
+                    proc.endpoint,
+                    args.events,
+                    args.size,
+                    args.interval_ms / 1000,
+                    args.active,
+                    args.background,
                 )
             )
             m = scrape(proc.http_port)
@@ -132,6 +154,7 @@ def main() -> None:
     print(
         f"fsync={args.fsync}, {args.events} events of {args.size} B one at a time, "
         f"{args.active} segment(s) active"
+        + (f" (the others written by: {args.background})" if args.active > 1 else "")
     )
     print(line("SDK write() -> ack", acks))
     print(line("write() -> tail reader", wake))

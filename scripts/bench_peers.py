@@ -15,7 +15,8 @@ Systems and what their ack means:
 | label | durable at the ack |
 |---|---|
 | segmentstore fsync=always | yes: fdatasync before the ack |
-| segmentstore fsync=always, 100 segments active | yes (99 other segments take 1 event per 10 ms each) |
+| segmentstore fsync=always, 100 segments active, same client | yes (99 other segments take 1 event per 10 ms each, written by the probe's own client and loop) |
+| segmentstore fsync=always, 100 segments active, other process | yes (the same 99 segments, written by another process with its own client) |
 | NATS JetStream sync_interval=always | yes: fsync before the ack |
 | NATS JetStream default | no: fsync every 2 minutes |
 | Redis Streams appendfsync=always | yes: fsync of the AOF before the reply |
@@ -163,6 +164,9 @@ class System:
     kind: str  # segmentstore | nats | redis
     address: str = ""
     background_segments: int = 0
+    # True: the background segments are written by another process with its own client;
+    # False: by the probe's own client and loop (the variant of rounds 1-5).
+    background_elsewhere: bool = False
     samples_ack: list[list[float]] = field(default_factory=list)
     samples_e2e: list[list[float]] = field(default_factory=list)
     big_mbps: list[float] = field(default_factory=list)  # 64 KiB write_many, per round
@@ -197,7 +201,11 @@ async def produce(sys_: System, name: str, n: int, size: int, interval: float,
             async def send(p: bytes) -> None:
                 await (await writer.write(p))
 
-            if sys_.background_segments:
+            if sys_.background_segments and sys_.background_elsewhere:
+                stack.enter_context(
+                    background_process(sys_.address, name, sys_.background_segments)
+                )
+            elif sys_.background_segments:
                 stack.enter_context(background_load(client, name, sys_.background_segments))
         elif sys_.kind == "nats":
             import nats
@@ -229,33 +237,80 @@ async def produce(sys_: System, name: str, n: int, size: int, interval: float,
     return acks
 
 
+async def _background_writers(client: Any, name: str, count: int, ready: Any = None) -> None:
+    """One event to each of `count` other segments every 10 ms, sent as one burst; forever."""
+    names = [f"{name}-bg{i}" for i in range(count)]
+    writers = []
+    for n in names:
+        await client.create_segment(n, exist_ok=True)
+        w = client.writer(n)
+        await w.start()
+        writers.append(w)
+    if ready is not None:
+        ready.set()
+    try:
+        while True:
+            for w in writers:
+                await w.write(b"b" * 100)
+            await asyncio.sleep(0.01)
+    finally:
+        for w in writers:
+            with contextlib.suppress(Exception):
+                await w.close()
+
+
 @contextlib.contextmanager
 def background_load(client: Any, name: str, count: int) -> Iterator[None]:
-    """Keep `count` other segments active: one event to each every 10 ms."""
-
-    async def run() -> None:
-        names = [f"{name}-bg{i}" for i in range(count)]
-        writers = []
-        for n in names:
-            await client.create_segment(n, exist_ok=True)
-            w = client.writer(n)
-            await w.start()
-            writers.append(w)
-        try:
-            while True:
-                for w in writers:
-                    await w.write(b"b" * 100)
-                await asyncio.sleep(0.01)
-        finally:
-            for w in writers:
-                with contextlib.suppress(Exception):
-                    await w.close()
-
-    task = asyncio.get_running_loop().create_task(run())
+    """Keep `count` other segments active from the caller's loop and client (the probe's
+    own: its loop also runs the bursts and their acks)."""
+    task = asyncio.get_running_loop().create_task(_background_writers(client, name, count))
     try:
         yield
     finally:
         task.cancel()
+
+
+def background_main(address: str, name: str, count: int, ready: Any, stop: Any) -> None:
+    """A background load process: its own client and loop, until `stop` is set."""
+    import segmentstore_client as sc
+
+    async def go() -> None:
+        async with sc.connect(address) as client:
+            load = asyncio.ensure_future(_background_writers(client, name, count, ready))
+            while not stop.is_set() and not load.done():
+                await asyncio.sleep(0.05)
+            load.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await load
+
+    asyncio.run(go())
+
+
+@contextlib.contextmanager
+def background_process(address: str, name: str, count: int) -> Iterator[None]:
+    """Keep `count` other segments active from another process with its own client: what
+    "other clients writing" means for the server. Returns once its writers are set up."""
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=background_main, args=(address, name, count, ready, stop))
+    proc.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.wait(0.05):
+            if not proc.is_alive():
+                raise RuntimeError(
+                    f"the background load process exited ({proc.exitcode}) before its "
+                    f"writers were set up (is the server at {address} up?)"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError("the background load process did not start its writers")
+        yield
+    finally:
+        stop.set()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
 
 
 async def consume(kind: str, address: str, name: str, n: int, ready: Any) -> list[float]:
@@ -442,21 +497,35 @@ async def _prepare_nats(address: str, subject: str) -> None:
 
 
 @contextlib.contextmanager
-def started(kinds: set[str], peers_dir: Path, work: Path) -> Iterator[list[System]]:
+def started(
+    kinds: set[str], peers_dir: Path, work: Path, background: str = "both"
+) -> Iterator[list[System]]:
     systems: list[System] = []
     with contextlib.ExitStack() as stack:
         if "segmentstore" in kinds:
             endpoint, _pid = stack.enter_context(store_server("always"))
             systems.append(System("segmentstore fsync=always", True, "segmentstore", endpoint))
-            systems.append(
-                System(
-                    "segmentstore fsync=always, 100 segments active",
-                    True,
-                    "segmentstore",
-                    endpoint,
-                    background_segments=99,
+            if background in ("both", "client"):
+                systems.append(
+                    System(
+                        "segmentstore fsync=always, 100 segments active, same client",
+                        True,
+                        "segmentstore",
+                        endpoint,
+                        background_segments=99,
+                    )
                 )
-            )
+            if background in ("both", "process"):
+                systems.append(
+                    System(
+                        "segmentstore fsync=always, 100 segments active, other process",
+                        True,
+                        "segmentstore",
+                        endpoint,
+                        background_segments=99,
+                        background_elsewhere=True,
+                    )
+                )
         if "nats" in kinds:
             exe = nats_binary(peers_dir)
             if isinstance(exe, str):
@@ -637,6 +706,13 @@ def main() -> None:
         "--big-events", type=int, default=1000, help="64 KiB events per round and system (0: skip)"
     )
     p.add_argument("--only", default="segmentstore,nats,redis", help="systems to run")
+    p.add_argument(
+        "--background",
+        default="both",
+        choices=("both", "process", "client"),
+        help="who writes the 99 background segments: another process with its own client, "
+        "the probe's own client and loop, or a row for each",
+    )
     p.add_argument("--peers-dir", type=Path, default=DEFAULT_PEERS_DIR)
     p.add_argument("--out", type=Path, default=Path("bench-peers"), help="output directory")
     args = p.parse_args()
@@ -645,7 +721,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with (
         tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp,
-        started(kinds, args.peers_dir, Path(tmp)) as systems,
+        started(kinds, args.peers_dir, Path(tmp), args.background) as systems,
     ):
         for r in range(args.rounds):
             for s in systems:

@@ -121,6 +121,14 @@ class StoreConfig:
     # or every flush_interval_s, whichever comes first.
     flush_bytes: int = 16 * 1024 * 1024
     flush_interval_s: float = 1.0
+    # A timer flush (one every flush_interval_s) writes a segment only once it has
+    # segment_flush_bytes waiting, or at every flush_small_every-th pass it is seen dirty:
+    # many slow segments then cost one chunk write each per ~10 s, not per second (each
+    # write rewrites the segment's last partial block). The store-wide bounds above, a
+    # checkpoint and close still flush every dirty segment. (Pravega's storage writer
+    # likewise flushes a segment at a size threshold or after a time, 30 s by default.)
+    segment_flush_bytes: int = 1024 * 1024
+    flush_small_every: int = 10
     # Store-wide bound on payload bytes accepted but not yet durable (pending.py): an append
     # or merge past it fails at once with the retriable StoreOverloaded.
     max_pending_bytes: int = 256 * 1024 * 1024

@@ -299,6 +299,7 @@ class CommitLoop(StorageWriter):
             del self._segments[seg.name]
         self._cache.drop(seg)
         self._dirty.discard(seg)
+        self._dirty_passes.pop(seg, None)
         self._unflushed -= seg.length - seg.flushed
         seg.flushed = seg.length
 

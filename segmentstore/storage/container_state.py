@@ -103,6 +103,9 @@ class ContainerState:
 
         # Storage writer and checkpoint state.
         self._dirty: set[SegmentMeta] = set()
+        # Timer passes each small dirty segment has waited through (storage_writer.py).
+        self._dirty_passes: dict[SegmentMeta, int] = {}
+        self._flush_all = False  # set by _kick_flush: the next pass writes every dirty segment
         self._unflushed = 0
         self._dirty_chunks: set[ChunkId] = set()
         self._pending_deletes: list[tuple[int, int, int, int]] = []
@@ -144,6 +147,7 @@ class ContainerState:
                 wake.set_result(None)
 
     def _kick_flush(self) -> None:
+        self._flush_all = True
         wake = self._flush_wake
         if wake is not None and not wake.done():
             wake.set_result(None)

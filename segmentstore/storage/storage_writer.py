@@ -2,7 +2,11 @@
 # metadata checkpoints.
 #
 # Contract. ``_flush`` copies committed bytes of dirty segments into chunk files off the loop
-# (a segment marked damaged is skipped: its files cannot take them). ``_checkpoint``
+# (a segment marked damaged is skipped: its files cannot take them). A pass of the flush
+# timer writes only the segments that are due (``_due``: segment_flush_bytes waiting, or
+# dirty for flush_small_every passes); every other flush (kicked by a store-wide bound, the
+# memory limit, a checkpoint, close) writes every dirty segment. The log holds everything
+# committed until a checkpoint, and a checkpoint flushes all, so this only delays copies. ``_checkpoint``
 # snapshots metadata at a durable sequence number S, flushes, fdatasyncs every chunk file
 # and checksum sidecar written since the last checkpoint, writes the checkpoint, and only
 # then deletes log files holding nothing after S and chunk files made garbage by records up
@@ -34,8 +38,9 @@ class StorageWriter(ContainerState):
                 self._flush_wake = None
             if self._closing:
                 return
+            everything, self._flush_all = self._flush_all, False
             try:
-                await self._flush()
+                await self._flush(everything)
                 if (
                     self._log_bytes_at_commit - self._log_bytes_at_ckpt
                     >= self.config.checkpoint_log_bytes
@@ -44,14 +49,19 @@ class StorageWriter(ContainerState):
             except Exception:
                 log.exception("%s: storage writer pass failed", self.label)
 
-    async def _flush(self) -> bool:
+    async def _flush(self, everything: bool = True) -> bool:
         async with self._flush_lock:
-            return await self._flush_locked()
+            return await self._flush_locked(everything)
 
-    async def _flush_locked(self) -> bool:
-        """Copy committed data of dirty segments into chunk files; False if I/O failed."""
-        segs = list(self._dirty)
-        self._dirty.clear()
+    async def _flush_locked(self, everything: bool = True) -> bool:
+        """Copy committed data of dirty segments (every one, or only those ``_due``) into
+        chunk files; False if I/O failed."""
+        if everything:
+            segs = list(self._dirty)
+            self._dirty.clear()
+            self._dirty_passes.clear()
+        else:
+            segs = self._due()
         jobs: list[tuple[SegmentMeta, int, int, list[bytes | memoryview]]] = []
         direct = self._chunks.direct
         for seg in segs:
@@ -85,6 +95,24 @@ class StorageWriter(ContainerState):
         self.stats["flushed_bytes"] += written
         self._cache.evict()
         return True
+
+    def _due(self) -> list[SegmentMeta]:
+        """The dirty segments a timer pass writes, taken out of ``_dirty``: those with
+        segment_flush_bytes unflushed, or seen dirty by flush_small_every passes. The others
+        stay dirty, their passes counted."""
+        big = self.config.segment_flush_bytes
+        every = self.config.flush_small_every
+        passes = self._dirty_passes
+        due = []
+        for seg in self._dirty:
+            n = passes.get(seg, 0) + 1
+            if n >= every or seg.length - seg.flushed >= big:
+                due.append(seg)
+                passes.pop(seg, None)
+            else:
+                passes[seg] = n
+        self._dirty.difference_update(due)
+        return due
 
     def _write_chunks(self, work: list[tuple[int, int, list[bytes | memoryview]]]) -> set[ChunkId]:
         touched: set[ChunkId] = set()
