@@ -312,3 +312,31 @@ def test_events_of_different_schemas_in_one_task(spark: Any, endpoint: str, seg:
         | {(None, i, None) for i in (10, 11, 12)}
         | {(None, i, str(i)) for i in (20, 21, 22)}
     )
+
+
+def _reader_threads(spark: Any) -> list[str]:
+    """Names of the JVM's live decoding threads (``segmentstore-jvm <range>``)."""
+    threads = spark._jvm.java.lang.Thread.getAllStackTraces().keySet().toArray()
+    return [str(t.getName()) for t in threads if str(t.getName()).startswith("segmentstore-jvm ")]
+
+
+def test_a_task_stopped_early_stops_its_decoding_thread(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    """Each task decodes on a thread of its own, up to two batches ahead of Spark (session
+    10). A query that stops reading early (``limit``) closes the reader with decoded
+    batches still queued: close() must stop the thread and free their Arrow memory (the
+    task's allocator refuses to close over a leak, which fails the query), and no thread
+    may outlive its task. Seen failing with the queue not drained in close() (``Memory was
+    leaked``) and with the thread not interrupted (close() waits 10 s and fails)."""
+    _write(_six(spark, 20_000), endpoint, seg, rowsPerEvent="1000")  # 20 events
+    df = _jvm(spark, endpoint, seg, partitionBytes=str(1 << 30), minPartitions="1")
+    assert df.rdd.getNumPartitions() == 1
+    t = time.monotonic()
+    assert len(df.limit(3).collect()) == 3
+    assert time.monotonic() - t < 8
+    deadline = time.monotonic() + 5
+    while _reader_threads(spark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _reader_threads(spark) == []
+    assert df.count() == 20_000  # and the next query reads everything

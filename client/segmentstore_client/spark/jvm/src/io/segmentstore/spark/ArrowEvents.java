@@ -353,6 +353,16 @@ final class ArrowEvents implements AutoCloseable {
     return batch;
   }
 
+  /**
+   * Hands the caller the root of the batch next() loaded (the caller closes it, which frees
+   * the batch's memory); next() then makes a new one instead of closing it.
+   */
+  VectorSchemaRoot detachRoot() {
+    VectorSchemaRoot r = root;
+    root = null;
+    return r;
+  }
+
   private IOException fail(String what) {
     return new IOException("segmentstore-jvm: " + where + what);
   }
