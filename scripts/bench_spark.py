@@ -147,7 +147,8 @@ def main() -> int:
         "--jvm-timing",
         action="store_true",
         help="the segmentstore-jvm reader prints a timing line per step on stderr"
-        " (-Dsegmentstore.jvm.timing=true: planning, connects, fetch, CRC, decode, Spark)",
+        " (-Dsegmentstore.jvm.timing=true: planning, connects, fetch, CRC, decode, Spark's"
+        " waits for a batch, Spark)",
     )
     ns = ap.parse_args()
 

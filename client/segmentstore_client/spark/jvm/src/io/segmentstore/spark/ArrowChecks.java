@@ -13,6 +13,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import org.apache.arrow.flatbuf.Buffer;
 import org.apache.arrow.flatbuf.Field;
@@ -46,8 +47,30 @@ final class ArrowChecks {
 
   private ArrowChecks() {}
 
+  /**
+   * The last schema message stream() accepted, and what it derived from it: the sink
+   * writes the same schema bytes into every event, so a repeat is checked by comparing
+   * bytes instead of parsing and converting the schema again. One per reader.
+   */
+  static final class SchemaMemo {
+    private byte[] bytes;
+    private int[] topNodes;
+    private int nodes;
+    private List<org.apache.arrow.vector.types.pojo.Field> flat;
+
+    boolean matches(byte[] data, int from, int n) {
+      return bytes != null && Arrays.equals(bytes, 0, bytes.length, data, from, from + n);
+    }
+  }
+
   /** Checks the stream {@code data[off, off + len)} of the event at {@code at}. */
   static void stream(byte[] data, int off, int len, String segment, long at)
+      throws IOException {
+    stream(data, off, len, segment, at, new SchemaMemo());
+  }
+
+  /** As above, reusing {@code memo}'s schema when this stream's schema bytes equal it. */
+  static void stream(byte[] data, int off, int len, String segment, long at, SchemaMemo memo)
       throws IOException {
     String where = "segment '" + segment + "', event at offset " + at + ": ";
     ByteBuffer b = ByteBuffer.wrap(data, off, len).slice().order(ByteOrder.LITTLE_ENDIAN);
@@ -89,7 +112,12 @@ final class ArrowChecks {
             + "stream's " + len + " bytes");
       }
       try {
-        if (type == MessageHeader.Schema) {
+        if (type == MessageHeader.Schema && memo.matches(data, off + pos, meta)) {
+          topNodes = memo.topNodes;
+          nodes = memo.nodes;
+          flat = memo.flat;
+        } else if (type == MessageHeader.Schema) {
+          memo.bytes = null;
           Schema s = (Schema) m.header(new Schema());
           if (s == null) {
             throw fail(where, "an Arrow schema message has no schema");
@@ -101,11 +129,15 @@ final class ArrowChecks {
             countFields(s.fields(i), 1, count, where);
           }
           nodes = count[0];
-          flat.clear();
+          flat = new ArrayList<>();
           for (org.apache.arrow.vector.types.pojo.Field f :
               org.apache.arrow.vector.types.pojo.Schema.convertSchema(s).getFields()) {
             flatten(f, flat);
           }
+          memo.topNodes = topNodes;
+          memo.nodes = nodes;
+          memo.flat = flat;
+          memo.bytes = Arrays.copyOfRange(data, off + pos, off + pos + meta);
         } else if (type == MessageHeader.RecordBatch) {
           RecordBatch rb = (RecordBatch) m.header(new RecordBatch());
           if (rb == null || topNodes == null) {

@@ -6,19 +6,28 @@
 // (the Spark type of its Arrow type, which is what ArrowColumnVector reads), since
 // Spark reads ArrowColumnVectors as they are: widening reads are the Python source's job.
 // A column the event lacks is null, as in the Python source. Each batch stays valid
-// until the next call to next() or close().
+// until the next call to next() or close(). The stream is read in place from the event's
+// bytes (ArrowChecks.stream has checked its framing first): only the requested columns'
+// buffers are copied into Arrow memory, and an event whose schema message is byte for byte
+// the previous event's reuses its column mapping instead of parsing the schema again.
 package io.segmentstore.spark;
 
-import java.io.ByteArrayInputStream;
 import java.io.IOException;
-import java.nio.channels.Channels;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import org.apache.arrow.compression.CommonsCompressionFactory;
+import org.apache.arrow.flatbuf.BodyCompression;
+import org.apache.arrow.flatbuf.Buffer;
+import org.apache.arrow.flatbuf.FieldNode;
+import org.apache.arrow.flatbuf.Message;
 import org.apache.arrow.flatbuf.MessageHeader;
+import org.apache.arrow.flatbuf.RecordBatch;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.DecimalVector;
@@ -26,11 +35,10 @@ import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.TypeLayout;
 import org.apache.arrow.vector.VectorLoader;
 import org.apache.arrow.vector.VectorSchemaRoot;
-import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.compression.NoCompressionCodec;
+import org.apache.arrow.vector.ipc.message.ArrowBodyCompression;
 import org.apache.arrow.vector.ipc.message.ArrowFieldNode;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
-import org.apache.arrow.vector.ipc.message.MessageChannelReader;
-import org.apache.arrow.vector.ipc.message.MessageResult;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.Schema;
@@ -51,7 +59,13 @@ final class ArrowEvents implements AutoCloseable {
   private final BufferAllocator allocator;
   private final StructType want;
   private final Map<String, StructType> sparkSchemas = new HashMap<>();
-  private MessageChannelReader reader;
+  // The open event's IPC stream: data[streamAt + pos, streamAt + streamLen) is unread.
+  private byte[] data = new byte[0];
+  private int streamAt;
+  private int streamLen;
+  private int pos;
+  private byte[] schemaBytes; // the schema message of the last mapped schema
+  private final ArrowChecks.SchemaMemo checked = new ArrowChecks.SchemaMemo();
   private String where = "";
   // Per event: which Arrow fields to keep, and where each requested column comes from.
   private int[] keepFields = new int[0];
@@ -72,19 +86,76 @@ final class ArrowEvents implements AutoCloseable {
 
   /** Starts on one event's IPC stream (its schema message is read here). */
   void open(Envelope value, String segment, long at) throws IOException {
-    closeReader();
+    closeStream();
     where = "segment '" + segment + "', event at offset " + at + ": ";
-    ArrowChecks.stream(value.data, value.offset, value.length, segment, at);
-    ReadChannel ch =
-        new ReadChannel(
-            Channels.newChannel(new ByteArrayInputStream(value.data, value.offset, value.length)));
-    reader = new MessageChannelReader(ch, allocator);
-    MessageResult first = next(reader);
-    if (first == null || first.getMessage().headerType() != MessageHeader.Schema) {
+    ArrowChecks.stream(value.data, value.offset, value.length, segment, at, checked);
+    data = value.data;
+    streamAt = value.offset;
+    streamLen = value.length;
+    pos = 0;
+    if (!nextMessage() || header.headerType() != MessageHeader.Schema) {
       throw fail("the Arrow stream does not start with a schema");
     }
-    Schema schema = MessageSerializer.deserializeSchema(first.getMessage());
-    mapColumns(schema);
+    // The sink writes one schema per event, the same bytes for every event of a write:
+    // mapping it once per distinct schema saves parsing it (and its JSON) per event.
+    if (schemaBytes == null
+        || !Arrays.equals(schemaBytes, 0, schemaBytes.length, data, metaAt, metaAt + metaLen)) {
+      Schema schema;
+      try {
+        schema = MessageSerializer.deserializeSchema(header);
+      } catch (RuntimeException e) {
+        throw fail("its Arrow schema does not parse: " + e);
+      }
+      schemaBytes = null;
+      mapColumns(schema);
+      schemaBytes = Arrays.copyOfRange(data, metaAt, metaAt + metaLen);
+    }
+    pos = bodyAt + (int) bodyLength;
+  }
+
+  // The message nextMessage() found: its flatbuffer and where its metadata and body are.
+  private Message header;
+  private int metaAt;
+  private int metaLen;
+  private int bodyAt;
+  private long bodyLength;
+
+  /** Reads the framing of the message at pos (already checked by ArrowChecks.stream). */
+  private boolean nextMessage() throws IOException {
+    ByteBuffer b = ByteBuffer.wrap(data, streamAt, streamLen).slice().order(ByteOrder.LITTLE_ENDIAN);
+    if (streamLen - pos < 4) {
+      return false;
+    }
+    int p = pos;
+    int meta = b.getInt(p);
+    p += 4;
+    if (meta == -1) {
+      if (streamLen - p < 4) {
+        return false;
+      }
+      meta = b.getInt(p);
+      p += 4;
+    }
+    if (meta == 0) {
+      return false;
+    }
+    if (meta < 0 || meta > streamLen - p) {
+      throw fail("an Arrow message's metadata runs past its stream");
+    }
+    try {
+      ByteBuffer mb = ByteBuffer.wrap(data, streamAt + p, meta).slice().order(ByteOrder.LITTLE_ENDIAN);
+      header = Message.getRootAsMessage(mb);
+      bodyLength = header.bodyLength();
+    } catch (RuntimeException e) {
+      throw fail("its Arrow stream does not parse: " + e);
+    }
+    metaAt = streamAt + p;
+    metaLen = meta;
+    bodyAt = p + meta;
+    if (bodyLength < 0 || bodyLength > streamLen - bodyAt) {
+      throw fail("an Arrow message's body runs past its stream");
+    }
+    return true;
   }
 
   private void mapColumns(Schema schema) throws IOException {
@@ -179,42 +250,67 @@ final class ArrowEvents implements AutoCloseable {
 
   /** Loads the event's next record batch; false at the end of its stream. */
   boolean next() throws IOException {
-    MessageResult m = next(reader);
-    if (m == null) {
+    if (!nextMessage()) {
       return false;
     }
-    byte type = m.getMessage().headerType();
+    byte type = header.headerType();
     if (type != MessageHeader.RecordBatch) {
-      if (m.getBodyBuffer() != null) {
-        m.getBodyBuffer().close();
-      }
       throw fail(
           "an Arrow " + MessageHeader.name(type) + " message (dictionary-encoded columns "
               + "are read by format('segmentstore'))");
     }
-    // deserializeRecordBatch takes over the body: its batch holds the only references.
-    try (ArrowRecordBatch full =
-        MessageSerializer.deserializeRecordBatch(m.getMessage(), m.getBodyBuffer())) {
-      List<ArrowFieldNode> nodes = full.getNodes();
-      List<ArrowBuf> bufs = full.getBuffers();
-      List<ArrowFieldNode> keptNodes = new ArrayList<>();
-      List<ArrowBuf> keptBufs = new ArrayList<>();
-      int lastField = nodeStart.length - 1;
-      int needNodes = lastField < 0 ? 0 : nodeStart[lastField] + nodeCount[lastField];
-      int needBufs = lastField < 0 ? 0 : bufStart[lastField] + bufCount[lastField];
-      if (nodes.size() != needNodes || bufs.size() != needBufs) {
-        throw fail("an Arrow record batch whose layout does not match its schema");
+    int body = streamAt + bodyAt;
+    pos = bodyAt + (int) bodyLength;
+    RecordBatch rb;
+    try {
+      rb = (RecordBatch) header.header(new RecordBatch());
+    } catch (RuntimeException e) {
+      throw fail("its Arrow stream does not parse: " + e);
+    }
+    int lastField = nodeStart.length - 1;
+    int needNodes = lastField < 0 ? 0 : nodeStart[lastField] + nodeCount[lastField];
+    int needBufs = lastField < 0 ? 0 : bufStart[lastField] + bufCount[lastField];
+    if (rb == null || rb.nodesLength() != needNodes || rb.buffersLength() != needBufs) {
+      throw fail("an Arrow record batch whose layout does not match its schema");
+    }
+    // Only the kept columns' buffers are copied out of the event, into one Arrow buffer
+    // (8-byte aligned pieces); the other columns' bytes are never touched.
+    List<ArrowFieldNode> keptNodes = new ArrayList<>();
+    Buffer fb = new Buffer();
+    long total = 0;
+    for (int i : keepFields) {
+      for (int k = bufStart[i]; k < bufStart[i] + bufCount[i]; k++) {
+        total += (rb.buffers(fb, k).length() + 7) & ~7L;
       }
+    }
+    List<ArrowBuf> keptBufs = new ArrayList<>();
+    FieldNode fn = new FieldNode();
+    try (ArrowBuf kept = allocator.buffer(total)) {
+      long at = 0;
       for (int i : keepFields) {
-        keptNodes.addAll(nodes.subList(nodeStart[i], nodeStart[i] + nodeCount[i]));
-        keptBufs.addAll(bufs.subList(bufStart[i], bufStart[i] + bufCount[i]));
+        for (int k = nodeStart[i]; k < nodeStart[i] + nodeCount[i]; k++) {
+          rb.nodes(fn, k);
+          keptNodes.add(new ArrowFieldNode(fn.length(), fn.nullCount()));
+        }
+        for (int k = bufStart[i]; k < bufStart[i] + bufCount[i]; k++) {
+          rb.buffers(fb, k);
+          int n = (int) fb.length(); // inside the body: ArrowChecks.stream checked it
+          kept.setBytes(at, data, body + (int) fb.offset(), n);
+          keptBufs.add(kept.slice(at, n));
+          at += (n + 7) & ~7L;
+        }
       }
+      BodyCompression c = rb.compression();
+      ArrowBodyCompression compression =
+          c == null
+              ? NoCompressionCodec.DEFAULT_BODY_COMPRESSION
+              : new ArrowBodyCompression(c.codec(), c.method());
       // A fresh root per batch: VectorLoader cannot reload nested vectors (a struct's
       // children) into a root it loaded before. Creating one costs microseconds.
       closeRoot();
       root = VectorSchemaRoot.create(pruned, allocator);
       try (ArrowRecordBatch prunedBatch =
-          new ArrowRecordBatch(full.getLength(), keptNodes, keptBufs, full.getBodyCompression())) {
+          new ArrowRecordBatch((int) rb.length(), keptNodes, keptBufs, compression)) {
         new VectorLoader(root, CommonsCompressionFactory.INSTANCE).load(prunedBatch);
       } catch (RuntimeException e) {
         throw fail("its Arrow record batch does not load: " + e);
@@ -257,23 +353,25 @@ final class ArrowEvents implements AutoCloseable {
     return batch;
   }
 
-  private MessageResult next(MessageChannelReader r) throws IOException {
-    try {
-      return r.readNext();
-    } catch (IOException | RuntimeException e) {
-      throw fail("its Arrow stream does not parse: " + e);
-    }
+  /**
+   * Hands the caller the root of the batch next() loaded (the caller closes it, which frees
+   * the batch's memory); next() then makes a new one instead of closing it.
+   */
+  VectorSchemaRoot detachRoot() {
+    VectorSchemaRoot r = root;
+    root = null;
+    return r;
   }
 
   private IOException fail(String what) {
     return new IOException("segmentstore-jvm: " + where + what);
   }
 
-  private void closeReader() throws IOException {
-    if (reader != null) {
-      reader.close();
-      reader = null;
-    }
+  private void closeStream() {
+    data = new byte[0];
+    streamAt = 0;
+    streamLen = 0;
+    pos = 0;
   }
 
   private void closeRoot() {
@@ -285,7 +383,7 @@ final class ArrowEvents implements AutoCloseable {
 
   @Override
   public void close() throws IOException {
-    closeReader();
+    closeStream();
     closeRoot();
   }
 }

@@ -2,13 +2,22 @@
 // record batch the sink wrote, 10,000 rows by default) of the pruned read schema. Each
 // event's envelope is checked (CRC-32C, layout) before its Arrow stream is decoded; rows
 // in MessagePack or any other content type are refused with a message, never guessed at.
-// Also the factory Spark serializes to the executors (columnar reads only).
+// Fetching, checking and decoding run on a thread of the reader's own, at most AHEAD
+// batches ahead of Spark, so they overlap Spark's consumption of the batch before; its
+// failure is thrown from next() as it was raised, and close() stops it (interrupt, then
+// the socket closed) before any Arrow memory is released. A batch stays valid until the
+// next call to next() or close(). Also the factory Spark serializes to the executors
+// (columnar reads only).
 package io.segmentstore.spark;
 
 import java.io.IOException;
+import java.io.InterruptedIOException;
 import java.io.UncheckedIOException;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -17,17 +26,51 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {
+  /** Decoded batches queued ahead of Spark (each holds its own Arrow memory). */
+  static final int AHEAD = 2;
+  /** How long close() waits for the decoding thread to stop. */
+  static final long STOP_MILLIS = 10_000;
+
+  private static final Object END = new Object();
+
+  /** One decoded batch and the Arrow root holding its memory. */
+  private static final class Decoded {
+    final VectorSchemaRoot root;
+    final ColumnarBatch batch;
+
+    Decoded(VectorSchemaRoot root, ColumnarBatch batch) {
+      this.root = root;
+      this.batch = batch;
+    }
+  }
+
+  /** What the decoding thread failed with, for next() to throw. */
+  private static final class Failure {
+    final Throwable cause;
+
+    Failure(Throwable cause) {
+      this.cause = cause;
+    }
+  }
+
   private final Planner.Range range;
   private final BufferAllocator allocator;
   private final EventSource events;
   private final ArrowEvents arrow;
-  private boolean inEvent;
-  // Timing (only with -Dsegmentstore.jvm.timing=true): nanoseconds per step.
+  private final BlockingQueue<Object> ready = new ArrayBlockingQueue<>(AHEAD);
+  private final Thread decoder;
+  private volatile boolean closing;
+  private Decoded current; // handed to Spark; released at the next next()
+  private boolean ended;
+  private boolean inEvent; // decoding thread only
+  // Timing (only with -Dsegmentstore.jvm.timing=true): nanoseconds per step. fetch, crc
+  // and decode are the decoding thread's; wait and spark the task thread's.
   private final long born = Timing.now();
   private long outside = born; // when next() last returned
   private long tFetch;
   private long tCrc;
   private long tDecode;
+  private long tWait;
   private long tSpark;
   private int batches;
 
@@ -39,21 +82,83 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     Timing.log("task-connect", t, range.toString());
     this.allocator = new RootAllocator(Long.MAX_VALUE);
     this.arrow = new ArrowEvents(allocator, schema);
+    this.decoder = new Thread(this::decodeAll, "segmentstore-jvm " + range);
+    decoder.setDaemon(true);
+    decoder.start();
+  }
+
+  /** The decoding thread: every batch of the range into the queue, then END or a Failure. */
+  private void decodeAll() {
+    try {
+      while (!closing && advance()) {
+        Decoded d = new Decoded(arrow.detachRoot(), arrow.batch());
+        try {
+          ready.put(d);
+        } catch (InterruptedException e) {
+          d.root.close();
+          return;
+        }
+      }
+      ready.put(END);
+    } catch (InterruptedException e) {
+      // close() stops this thread
+    } catch (Throwable t) { // every failure reaches next(), whatever its kind
+      if (!closing) {
+        try {
+          ready.put(new Failure(t));
+        } catch (InterruptedException e) {
+          // close() stops this thread
+        }
+      }
+    }
   }
 
   @Override
   public boolean next() throws IOException {
-    if (!Timing.ON) {
-      return advance();
-    }
-    long t0 = System.nanoTime();
+    long t0 = Timing.now();
     tSpark += t0 - outside;
-    boolean more = advance();
-    outside = System.nanoTime();
-    if (more) {
-      batches++;
+    release();
+    if (ended) {
+      return false;
     }
-    return more;
+    Object o;
+    try {
+      o = ready.take();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt(); // Spark is killing the task
+      throw new InterruptedIOException(
+          "segmentstore-jvm: reading " + range + " was interrupted");
+    }
+    outside = Timing.now();
+    tWait += outside - t0;
+    if (o == END) {
+      ended = true;
+      return false;
+    }
+    if (o instanceof Failure) {
+      ended = true;
+      Throwable t = ((Failure) o).cause;
+      if (t instanceof IOException) {
+        throw (IOException) t;
+      }
+      if (t instanceof RuntimeException) {
+        throw (RuntimeException) t;
+      }
+      if (t instanceof Error) {
+        throw (Error) t;
+      }
+      throw new IOException("segmentstore-jvm: reading " + range + " failed: " + t, t);
+    }
+    current = (Decoded) o;
+    batches++;
+    return true;
+  }
+
+  private void release() {
+    if (current != null) {
+      current.root.close();
+      current = null;
+    }
   }
 
   private boolean advance() throws IOException {
@@ -96,24 +201,44 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public ColumnarBatch get() {
-    return arrow.batch();
+    return current.batch;
   }
 
   @Override
   public void close() throws IOException {
+    closing = true;
+    decoder.interrupt();
+    boolean stopped;
+    try {
+      events.close(); // a read blocked on the socket ends now
+    } finally {
+      try {
+        decoder.join(STOP_MILLIS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+      stopped = !decoder.isAlive();
+    }
     Timing.log(
         "task", born,
         String.format(
-            "%s fetch %.1f crc %.1f decode %.1f spark %.1f ms, %d batches", range,
-            tFetch / 1e6, tCrc / 1e6, tDecode / 1e6, tSpark / 1e6, batches));
+            "%s fetch %.1f crc %.1f decode %.1f wait %.1f spark %.1f ms, %d batches", range,
+            tFetch / 1e6, tCrc / 1e6, tDecode / 1e6, tWait / 1e6, tSpark / 1e6, batches));
+    if (!stopped) {
+      // Never free memory a running thread may still write: leave it to the collector.
+      throw new IOException("segmentstore-jvm: reading " + range + " did not stop within "
+          + STOP_MILLIS + " ms of close()");
+    }
+    release();
+    for (Object o = ready.poll(); o != null; o = ready.poll()) {
+      if (o instanceof Decoded) {
+        ((Decoded) o).root.close();
+      }
+    }
     try {
       arrow.close();
     } finally {
-      try {
-        events.close();
-      } finally {
-        allocator.close();
-      }
+      allocator.close();
     }
   }
 

@@ -112,6 +112,7 @@ final class Planner {
     ByteBuffer buf = ByteBuffer.allocate(0);
     long bufAt = start;
     int requests = 0;
+    long t = Timing.now();
     // pos grows by at least 8 per pass and reads are budgeted: the walk is bounded.
     while (pos < end && nextCut < end - target / 2) {
       if (pos + 8 > bufAt + buf.limit()) {
@@ -138,7 +139,7 @@ final class Planner {
       }
       pos += 8L + length;
     }
-    Timing.log("plan-hops", 0, requests + " reads");
+    Timing.log("plan-hops", t, requests + " reads");
     cuts.add(end);
     return cuts;
   }
