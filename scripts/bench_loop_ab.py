@@ -42,9 +42,14 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def loop_cpu(pid: int) -> float:
-    """Seconds of CPU the process's main thread (the event loop) has used."""
-    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def loop_cpu(pid: int) -> float | None:
+    """Seconds of CPU the process's main thread (the event loop) has used; None once the
+    process is gone (a run shorter than --settle + --window)."""
+    try:
+        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
 
 
@@ -79,6 +84,8 @@ def one_run(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'client'}")
     cmd = [sys.executable, str(tree / "scripts" / "bench_latency.py")]
     cmd += ["--events", str(args.events), "--active", str(args.active)]
+    if args.active > 1:
+        cmd += ["--background", args.background]
     bench = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     server = port = None
@@ -94,7 +101,7 @@ def one_run(tree: Path, args: argparse.Namespace) -> dict[str, float]:
         c0, a0 = loop_cpu(server), appends(port)
         time.sleep(args.window)
         c1, a1 = loop_cpu(server), appends(port)
-        if a0 is not None and a1 is not None and a1 > a0:
+        if c0 is not None and c1 is not None and a0 is not None and a1 is not None and a1 > a0:
             out["loop_us_per_append"] = (c1 - c0) / (a1 - a0) * 1e6
             out["appends_per_s"] = (a1 - a0) / args.window
     text, _ = bench.communicate(timeout=600)
@@ -165,6 +172,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--events", type=int, default=1000)
     p.add_argument("--active", type=int, default=100)
+    p.add_argument("--background", choices=("client", "process"), default="client")
     p.add_argument("--settle", type=float, default=3.0, help="seconds before the window")
     p.add_argument("--window", type=float, default=5.0, help="seconds of CPU measured")
     args = p.parse_args()
