@@ -3,8 +3,6 @@
 The asyncio layer is thin: ``data_received`` feeds the sans-IO decoder and dispatches each
 command; appends go to ``appends.py``, reads to ``reads.py``, other requests to handler
 tasks. Replies produced in one turn of the event loop are joined into one ``writelines``.
-A read's commands are dispatched in slices of bounded loop time (``DISPATCH_SLICE_S``),
-in order, the socket paused until the backlog is gone.
 
 Every request gets a reply or a documented close (reference 12): storage errors map to
 their replies (``errors.error_reply``); anything else a handler raises becomes an
@@ -41,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, cast
@@ -98,13 +95,6 @@ log = logging.getLogger("segmentstore.server")
 
 _APPEND_DATA = (AppendBlock, AppendBlockEnd, ConditionalAppend, ConditionalBlockEnd, Padding)
 MIN_READ_CAP = 64 * 1024
-# Loop time one call of ``process`` may spend dispatching a backlog before the rest waits
-# for a later loop turn (the socket stays paused meanwhile; at least one command goes per
-# call). A read from a client with many writers carries a burst (99 appends every 10 ms in
-# ``bench_latency.py --active 100 --background process``, 1.1-2.0 ms of dispatch): without
-# a bound, the log thread's eventfd callback (a durable batch's acks) and another
-# connection's lone append waited for the whole burst (README "Latency, round 7").
-DISPATCH_SLICE_S = 0.0002
 
 
 class Connection(asyncio.Protocol):
@@ -138,7 +128,6 @@ class Connection(asyncio.Protocol):
         self._backlog: deque[Command] = deque()
         self._flush_pending = False
         self._flush_handle: asyncio.Handle | None = None
-        self._more: asyncio.Handle | None = None  # the backlog's next slice (``process``)
         self._early = server.early_flush
         self._out_budget = server.output_budget
         self._tasks: set[asyncio.Task[None]] = set()
@@ -220,14 +209,9 @@ class Connection(asyncio.Protocol):
         each read may answer with up to ``read_cap`` bytes: so commands wait here while
         the transport is paused or too many requests are being served, and resume when the
         transport drains (``resume_writing``), a task ends, or our own queue is flushed.
-        One call dispatches for at most ``DISPATCH_SLICE_S`` (and at least one command);
-        the rest follows in a later loop turn (``_next_slice``), after the loop has polled
-        its sockets and the log thread's eventfd.
         """
         backlog = self._backlog
         out_budget = self._out_budget
-        clock = time.perf_counter
-        deadline = clock() + DISPATCH_SLICE_S
         while backlog and not self.closed:
             # _output_full() only when one of its conditions may hold (the common case
             # costs three comparisons, not a call per command)
@@ -247,15 +231,7 @@ class Connection(asyncio.Protocol):
                 return
             except Exception as e:  # no exception escapes a handler: it gets a reply
                 self.reply(internal_error(command, e))
-            if backlog and clock() > deadline:
-                if self._more is None:
-                    self._more = self.loop.call_soon(self._next_slice)
-                break
         self.update_reading()
-
-    def _next_slice(self) -> None:
-        self._more = None
-        self.process()
 
     def pause_writing(self) -> None:
         self._paused_writes = True
