@@ -2,7 +2,8 @@
 
 Contract: events are numbered per writer id (1, 2, 3, ... unless the caller says
 otherwise) and cut into append blocks by size and by a short linger, as Kafka's producer
-batches records. A block is one end-only AppendBlockEnd frame, built with one join; its
+batches records. A block is one end-only AppendBlockEnd frame, built with one join (or,
+for a few large events, kept as its parts: ``writer_blocks.frame_block``); its
 event numbers are contiguous, so a block is described by (last number, count) and the
 server's cumulative DataAppended(N) acknowledges every block whose last number is <= N.
 Several blocks are in flight at once; the bytes a writer holds (open batch + unacked

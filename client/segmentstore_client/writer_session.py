@@ -173,7 +173,10 @@ class WriterSession:
             self._inflight.append(block)
             # An open session means an open connection: its close listener would have
             # moved us to RECONNECTING first.
-            conn.write(frame)
+            if isinstance(frame, bytes):
+                conn.write(frame)
+            else:  # in parts: immutable bytes, so writelines may hold them uncopied
+                conn.writelines(list(frame))
         else:
             self._unsent.append(block)
 
@@ -193,7 +196,11 @@ class WriterSession:
         while unsent and not (inflight and inflight[-1].conditional):
             block = unsent.popleft()
             inflight.append(block)
-            frames.append(block.frame)
+            frame = block.frame
+            if isinstance(frame, bytes):
+                frames.append(frame)
+            else:
+                frames.extend(frame)
         if frames:
             conn.writelines(frames)
 
