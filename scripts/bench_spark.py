@@ -299,6 +299,9 @@ def main() -> int:
                 if py_reads:
                     parts = v.load(spark, endpoint, opts).rdd.getNumPartitions()
                     _report(ns.rows, v.name, v.write, v.size, v.read, v.one, parts)
+                else:
+                    rate = ns.rows / statistics.median(v.write.wall)
+                    print(f"{v.name:28s} write {v.write.text()} {rate:>10,.0f} rows/s")
                 if v.jvm:
                     parts = v.load_jvm(spark, endpoint).rdd.getNumPartitions()
                     _report(ns.rows, v.jvm_name, None, v.size, v.jvm_read, v.jvm_one, parts)
