@@ -5,17 +5,23 @@ string, double, timestamp, decimal) with each sink and prints, per figure, the m
 range (min-max) of ``--runs`` timed runs after one untimed warm-up. Reads materialize every
 column (``.write.format("noop")``); "one column" reads only ``id`` (Parquet:
 ``.select("id")``; segmentstore: ``.option("columns", "id")``, since Spark 4 gives Python
-sources no column-pruning callback). Reads of the two formats alternate run by run, so a
-change of load hits both; the ratios are medians of the per-run ratios.
+sources no column-pruning callback). Writes and reads of the formats alternate run by run,
+so a change of load hits both; the ratios are medians of the per-run ratios. A ``noop`` job
+over two rows (Spark's floor per query) is timed with the reads, and six/one is also given
+above it.
 
 Next to wall time, ``cpu`` is the CPU seconds the run cost the Spark JVM, its Python
 workers and this benchmark's server (from ``/proc``): on a loaded machine it moves far
-less than wall time. ``parts`` is the read's input partition count.
+less than wall time, split into the Spark JVM itself (``jvm``), its Python workers (``py``)
+and the server. ``parts`` is the read's input partition count.
 
     .venv/bin/python scripts/bench_spark.py                     # starts its own server
     .venv/bin/python scripts/bench_spark.py --fsync interval --runs 5
     .venv/bin/python scripts/bench_spark.py --endpoint tcp://127.0.0.1:12345
     .venv/bin/python scripts/bench_spark.py --variants arrow:zstd,arrow:lz4 --batch-rows 10000
+    .venv/bin/python scripts/bench_spark.py --writes-only --no-jvm
+    .venv/bin/python scripts/bench_spark.py --write-conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647
+    .venv/bin/python scripts/bench_spark.py --rows 10000000 --runs 3 --no-python-reads
 
 MB/s counts the bytes each sink stores (segment length; Parquet files' size).
 
