@@ -5,17 +5,23 @@ string, double, timestamp, decimal) with each sink and prints, per figure, the m
 range (min-max) of ``--runs`` timed runs after one untimed warm-up. Reads materialize every
 column (``.write.format("noop")``); "one column" reads only ``id`` (Parquet:
 ``.select("id")``; segmentstore: ``.option("columns", "id")``, since Spark 4 gives Python
-sources no column-pruning callback). Reads of the two formats alternate run by run, so a
-change of load hits both; the ratios are medians of the per-run ratios.
+sources no column-pruning callback). Writes and reads of the formats alternate run by run,
+so a change of load hits both; the ratios are medians of the per-run ratios. A ``noop`` job
+over two rows (Spark's floor per query) is timed with the reads, and six/one is also given
+above it.
 
 Next to wall time, ``cpu`` is the CPU seconds the run cost the Spark JVM, its Python
 workers and this benchmark's server (from ``/proc``): on a loaded machine it moves far
-less than wall time. ``parts`` is the read's input partition count.
+less than wall time, split into the Spark JVM itself (``jvm``), its Python workers (``py``)
+and the server. ``parts`` is the read's input partition count.
 
     .venv/bin/python scripts/bench_spark.py                     # starts its own server
     .venv/bin/python scripts/bench_spark.py --fsync interval --runs 5
     .venv/bin/python scripts/bench_spark.py --endpoint tcp://127.0.0.1:12345
     .venv/bin/python scripts/bench_spark.py --variants arrow:zstd,arrow:lz4 --batch-rows 10000
+    .venv/bin/python scripts/bench_spark.py --writes-only --no-jvm
+    .venv/bin/python scripts/bench_spark.py --write-conf spark.sql.execution.arrow.maxBytesPerBatch=2147483647
+    .venv/bin/python scripts/bench_spark.py --rows 10000000 --runs 3 --no-python-reads
 
 MB/s counts the bytes each sink stores (segment length; Parquet files' size).
 
@@ -58,6 +64,10 @@ def server(data_dir: Path, fsync: str) -> Iterator[tuple[str, int]]:
             proc.stop(20)
 
 
+NO_SIZE_CHECK: Final = "spark.sql.execution.arrow.maxBytesPerBatch=2147483647"
+"""Spark's one value of ``maxBytesPerBatch`` that skips its per-row batch-size check when
+it feeds rows to a Python writer (see the README's Spark benchmark, session 11)."""
+
 CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -69,6 +79,13 @@ def _children() -> dict[int, list[int]]:
                 ppid = int(d.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
                 kids.setdefault(ppid, []).append(int(d.name))
     return kids
+
+
+def _ticks(pid: int, reaped: bool = True) -> int:
+    with suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11 : 15 if reaped else 13])  # utime stime cu cs
+    return 0
 
 
 def cpu_seconds(roots: list[int]) -> float:
@@ -83,41 +100,54 @@ def cpu_seconds(roots: list[int]) -> float:
         if pid in seen:
             continue
         seen.add(pid)
-        with suppress(OSError, IndexError, ValueError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        ticks += _ticks(pid)
         todo.extend(kids.get(pid, []))
     return ticks / CLOCK_TICKS
 
 
 @dataclass
 class Figure:
-    """Wall and CPU seconds of the timed runs of one action."""
+    """Wall and CPU seconds of the timed runs of one action; ``parts`` splits the CPU
+    into the Spark JVM itself, its Python workers and the server."""
 
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(default_factory=dict)
 
     def text(self) -> str:
         w, c = self.wall, self.cpu
+        split = " ".join(f"{k} {statistics.median(v):.2f}" for k, v in self.parts.items())
         return (
             f"{statistics.median(w):5.2f} s [{min(w):.2f}-{max(w):.2f}]"
-            f" cpu {statistics.median(c):5.2f} s"
+            f" cpu {statistics.median(c):5.2f} s" + (f" ({split})" if split else "")
         )
 
 
 class Timer:
-    """Times actions as wall seconds and CPU seconds of the process trees in ``roots``."""
+    """Times actions as wall seconds and CPU seconds of the Spark JVM's process tree
+    (the JVM alone and its Python workers apart) and of the server."""
 
-    def __init__(self, roots: list[int]) -> None:
-        self.roots = roots
+    def __init__(self, jvm_pid: int, server_pid: int | None) -> None:
+        self.jvm_pid = jvm_pid
+        self.server_pid = server_pid
+
+    def _sample(self) -> dict[str, float]:
+        tree = cpu_seconds([self.jvm_pid])
+        jvm = _ticks(self.jvm_pid, reaped=False) / CLOCK_TICKS
+        out = {"jvm": jvm, "py": tree - jvm}
+        if self.server_pid:
+            out["server"] = cpu_seconds([self.server_pid])
+        return out
 
     def run(self, fig: Figure, action: Callable[[], None], timed: bool = True) -> None:
-        c0, t0 = cpu_seconds(self.roots), time.perf_counter()
+        c0, t0 = self._sample(), time.perf_counter()
         action()
-        t1, c1 = time.perf_counter(), cpu_seconds(self.roots)
+        t1, c1 = time.perf_counter(), self._sample()
         if timed:
             fig.wall.append(t1 - t0)
-            fig.cpu.append(c1 - c0)
+            fig.cpu.append(sum(c1.values()) - sum(c0.values()))
+            for k, v in c1.items():
+                fig.parts.setdefault(k, []).append(v - c0[k])
 
 
 def dir_bytes(path: Path) -> int:
@@ -136,8 +166,23 @@ def main() -> int:
         default="arrow:zstd",
         help="encoding:compression pairs to measure, e.g. arrow:zstd,arrow:lz4,msgpack:none",
     )
+    ap.add_argument(
+        "--write-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also measure every variant's write with this Spark SQL conf set around its"
+        " writes only (alternating with the plain writes), e.g."
+        f" {NO_SIZE_CHECK}; repeatable",
+    )
     ap.add_argument("--batch-rows", help="the reads' batchRows option (default: the source's)")
     ap.add_argument("--no-jvm", action="store_true", help="skip the segmentstore-jvm reader's rows")
+    ap.add_argument(
+        "--no-python-reads",
+        action="store_true",
+        help="skip the Python source's reads (the JVM reader's and Parquet's stay)",
+    )
+    ap.add_argument("--writes-only", action="store_true", help="measure the writes only (no reads)")
     ap.add_argument(
         "--jvm-jar",
         help="the segmentstore-jvm jar to read with (default: jar_path(), this checkout's"
@@ -182,7 +227,7 @@ def main() -> int:
             spark.dataSource.register(_source())
             jvm: Any = spark.sparkContext._jvm
             jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
-            timer = Timer([jvm_pid] + ([server_pid] if server_pid else []))
+            timer = Timer(jvm_pid, server_pid)
             cores = spark.sparkContext.defaultParallelism
             df = spark.range(0, ns.rows, 1, cores).selectExpr(
                 "id",
@@ -203,67 +248,94 @@ def main() -> int:
             def noop(frame: Any) -> None:
                 frame.write.format("noop").mode("overwrite").save()
 
-            # -- writes ---------------------------------------------------------------
+            # -- writes, alternating -----------------------------------------------------
             pq = work / "parquet"
             pq_write = Figure()
-            for i in range(ns.runs + 1):
-                path = str(pq / f"run{i}")
-                timer.run(pq_write, partial(df.write.parquet, path), timed=i > 0)
-            pq_size = dir_bytes(pq / "run1")
-            pq_data = str(pq / "run1")
-
             variants = []
             for variant in ns.variants.split(","):
                 encoding, _, compression = variant.partition(":")
                 v = Variant(encoding, compression or "none", uuid.uuid4().hex[:8])
                 v.jvm = not ns.no_jvm and encoding == "arrow"
-                for i in range(ns.runs + 1):
-                    timer.run(v.write, partial(v.save, df, endpoint, i), timed=i > 0)
-                with sync.connect(endpoint) as client:
-                    v.size = client.segment_info(v.segment(1)).length
                 variants.append(v)
+            tuned = [
+                Variant(v.encoding, v.compression, uuid.uuid4().hex[:8], conf=_confs(ns.write_conf))
+                for v in variants
+                if ns.write_conf
+            ]
+            for i in range(ns.runs + 1):
+                path = str(pq / f"run{i}")
+                timer.run(pq_write, partial(df.write.parquet, path), timed=i > 0)
+                for v in variants + tuned:
+                    timer.run(v.write, partial(v.save, df, endpoint, i), timed=i > 0)
+            pq_size = dir_bytes(pq / "run1")
+            pq_data = str(pq / "run1")
+            with sync.connect(endpoint) as client:
+                for v in variants + tuned:
+                    v.size = client.segment_info(v.segment(1)).length
+
+            if ns.writes_only or tuned:
+                _report_writes(ns.rows, pq_write, pq_size, variants + tuned)
+            if ns.writes_only:
+                spark.stop()
+                return 0
 
             # -- reads, alternating ------------------------------------------------------
-            pq_read, pq_one = Figure(), Figure()
+            pq_read, pq_one, floor = Figure(), Figure(), Figure()
             opts = {"batchRows": ns.batch_rows} if ns.batch_rows else {}
+            py_reads = not ns.no_python_reads
+            trivial = spark.range(0, 2, 1, cores)
             for i in range(ns.runs + 1):
+                timer.run(floor, partial(noop, trivial), timed=i > 0)
                 timer.run(pq_read, lambda: noop(spark.read.parquet(pq_data)), timed=i > 0)
                 for v in variants:
-                    timer.run(v.read, partial(v.scan, spark, endpoint, opts), i > 0)
+                    if py_reads:
+                        timer.run(v.read, partial(v.scan, spark, endpoint, opts), i > 0)
                     if v.jvm:
                         timer.run(v.jvm_read, partial(v.scan_jvm, spark, endpoint, ()), i > 0)
                 timer.run(pq_one, lambda: noop(spark.read.parquet(pq_data).select("id")), i > 0)
                 for v in variants:
                     one = {**opts, "columns": "id"}
-                    timer.run(v.one, partial(v.scan, spark, endpoint, one), i > 0)
+                    if py_reads:
+                        timer.run(v.one, partial(v.scan, spark, endpoint, one), i > 0)
                     if v.jvm:
                         timer.run(v.jvm_one, partial(v.scan_jvm, spark, endpoint, ("id",)), i > 0)
             pq_parts = spark.read.parquet(pq_data).rdd.getNumPartitions()
             _report(ns.rows, "parquet", pq_write, pq_size, pq_read, pq_one, pq_parts)
             for v in variants:
-                parts = v.load(spark, endpoint, opts).rdd.getNumPartitions()
-                _report(ns.rows, v.name, v.write, v.size, v.read, v.one, parts)
+                if py_reads:
+                    parts = v.load(spark, endpoint, opts).rdd.getNumPartitions()
+                    _report(ns.rows, v.name, v.write, v.size, v.read, v.one, parts)
+                else:
+                    rate = ns.rows / statistics.median(v.write.wall)
+                    print(f"{v.name:28s} write {v.write.text()} {rate:>10,.0f} rows/s")
                 if v.jvm:
                     parts = v.load_jvm(spark, endpoint).rdd.getNumPartitions()
                     _report(ns.rows, v.jvm_name, None, v.size, v.jvm_read, v.jvm_one, parts)
+            print(f"{'spark floor (noop over 2 rows)':28s} {floor.text()}")
 
             print(
                 "\nagainst parquet (median of per-run rows/s ratios [range];"
-                " targets: write >= 0.90, read >= 0.90, six/one >= 2):"
+                " targets: write >= 0.90, read >= 0.90, six/one >= 2);"
+                " six/one above the floor = (six - floor) / (one - floor), per run:"
             )
+            print(f"  {'parquet':28s} {'':19s}  six/one column {_six_one(pq_read, pq_one, floor)}")
             for v in variants:
-                print(
-                    f"  {v.name:28s} write {_ratio(pq_write.wall, v.write.wall)}"
-                    f"  read {_ratio(pq_read.wall, v.read.wall)}"
-                    f"  read cpu {_ratio(pq_read.cpu, v.read.cpu)}"
-                    f"  six/one column {_ratio(v.read.wall, v.one.wall)}"
-                )
+                w = f"write {_ratio(pq_write.wall, v.write.wall)}"
+                if py_reads:
+                    print(
+                        f"  {v.name:28s} {w}"
+                        f"  read {_ratio(pq_read.wall, v.read.wall)}"
+                        f"  read cpu {_ratio(pq_read.cpu, v.read.cpu)}"
+                        f"  six/one column {_six_one(v.read, v.one, floor)}"
+                    )
+                else:
+                    print(f"  {v.name:28s} {w}")
                 if v.jvm:
                     print(
                         f"  {v.jvm_name:28s} {'':19s}"
                         f"  read {_ratio(pq_read.wall, v.jvm_read.wall)}"
                         f"  read cpu {_ratio(pq_read.cpu, v.jvm_read.cpu)}"
-                        f"  six/one column {_ratio(v.jvm_read.wall, v.jvm_one.wall)}"
+                        f"  six/one column {_six_one(v.jvm_read, v.jvm_one, floor)}"
                     )
             print(f"load average at the end: {_load()}")
             spark.stop()
@@ -286,10 +358,12 @@ class Variant:
     jvm: bool = False
     jvm_read: Figure = field(default_factory=Figure)
     jvm_one: Figure = field(default_factory=Figure)
+    conf: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
-        return f"segmentstore {self.encoding}/{self.compression}"
+        tail = "".join(f" {k.rsplit('.', 1)[-1]}={v}" for k, v in self.conf.items())
+        return f"segmentstore {self.encoding}/{self.compression}{tail}"
 
     @property
     def jvm_name(self) -> str:
@@ -299,6 +373,16 @@ class Variant:
         return f"bench/{self.tag}/run{run}"
 
     def save(self, df: Any, endpoint: str, run: int) -> None:
+        conf = df.sparkSession.conf
+        for k, val in self.conf.items():
+            conf.set(k, val)
+        try:
+            self._save(df, endpoint, run)
+        finally:
+            for k in self.conf:
+                conf.unset(k)
+
+    def _save(self, df: Any, endpoint: str, run: int) -> None:
         (
             df.write.format("segmentstore")
             .option("endpoint", endpoint)
@@ -331,6 +415,44 @@ class Variant:
         for k, val in options.items():
             r = r.option(k, val)
         return r.load()
+
+
+def _report_writes(rows: int, pq_write: Figure, pq_size: int, variants: list[Variant]) -> None:
+    for name, fig, size in [("parquet", pq_write, pq_size)] + [
+        (v.name, v.write, v.size) for v in variants
+    ]:
+        w = statistics.median(fig.wall)
+        print(
+            f"{name:46s} write {fig.text()} {rows / w:>10,.0f} rows/s {size / 1e6 / w:6.1f} MB/s"
+            f" | stored {size / 1e6:6.1f} MB"
+        )
+    print("\nagainst parquet (median of per-run ratios [range]; target: write >= 0.90):")
+    for v in variants:
+        print(
+            f"  {v.name:46s} write {_ratio(pq_write.wall, v.write.wall)}"
+            f"  write cpu {_ratio(pq_write.cpu, v.write.cpu)}"
+        )
+    print(f"load average at the end: {_load()}")
+
+
+def _confs(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--write-conf wants KEY=VALUE, not {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _six_one(six: Figure, one: Figure, floor: Figure) -> str:
+    """Six columns against one: the median ratio [range], then the same with Spark's
+    floor (a ``noop`` job over two rows, same run) taken off both."""
+    above = [
+        (s - f) / (o - f) if o > f else float("inf")
+        for s, o, f in zip(six.wall, one.wall, floor.wall, strict=True)
+    ]
+    return f"{_ratio(six.wall, one.wall)}, above the floor {statistics.median(above):4.2f}"
 
 
 def _ratio(base: list[float], other: list[float]) -> str:

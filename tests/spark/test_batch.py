@@ -73,6 +73,30 @@ def _fingerprint(df: Any) -> tuple[int, int, int]:
     return (row[0], row[1], row[2])
 
 
+ARROW_BYTES_CHECK_OFF = ("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")
+"""The session setting the README recommends for large writes (Spark skips its per-row
+batch-size check only at this exact value)."""
+
+
+def test_write_with_spark_batch_size_check_off(spark: Any, endpoint: str, seg: str) -> None:
+    # The README's recommended setting, plus Spark batches that do not line up with
+    # rowsPerEvent: events still hold rows k*R .. (k+1)*R-1 of their partition.
+    n = 30_000
+    df = _df(spark, n)
+    key, value = ARROW_BYTES_CHECK_OFF
+    spark.conf.set(key, value)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "3000")
+    try:
+        _write(df, endpoint, seg)
+    finally:
+        spark.conf.unset(key)
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert _fingerprint(_read(spark, endpoint, seg)) == _fingerprint(df)
+    # 15,000 rows per partition in events of 10,000 rows: 2 events each, not 5 (Spark's
+    # 3,000-row batches).
+    assert _read(spark, endpoint, seg, output="raw").count() == 4
+
+
 def test_task_retry_resumes_without_duplicates_or_gaps(
     spark: Any, endpoint: str, seg: str, tmp_path: Path
 ) -> None:
