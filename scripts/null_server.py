@@ -42,10 +42,11 @@ The process stops by itself when stdin closes (its parent went away) or after
 A request whose segment name no reply can carry (over 65,535 bytes once re-encoded)
 closes the connection ("unencodable").
 
-``scripts/null_server.c`` is the same server in C (one thread, epoll), with the same
-command line, lines and replies byte for byte: ``build_c_server`` compiles it with ``cc
--O2`` and ``NullServerProcess(impl="c")`` runs it; tests/streams/test_null_server.py
-runs every behaviour test against both.
+``scripts/null_server.c`` (its wire checks in ``null_server_wire.h``) is the same server
+in C (one thread, epoll), with the same command line, lines and replies byte for byte:
+``build_c_server`` compiles it with ``cc -O2`` and ``NullServerProcess(binary=...)`` runs
+it; tests/streams/test_null_server.py runs every behaviour test against both, and
+test_null_server_parity.py compares their bytes.
 """
 
 from __future__ import annotations
@@ -332,7 +333,7 @@ class NullServerProcess:
     """This script (or, with ``binary``, the C server ``build_c_server`` made) as a child
     process (for ``bench_streams.py`` and the tests): ``start`` waits for the ready line,
     ``stats`` asks for the counters, ``cpu`` reads its CPU seconds from /proc, ``stop``
-    closes its stdin (it exits) and waits. ``impl`` is "python" or "c"."""
+    closes its stdin (it exits) and waits. ``impl`` says which: "python" or "c"."""
 
     def __init__(
         self,

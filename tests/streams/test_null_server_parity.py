@@ -61,7 +61,7 @@ def rss_kib(pid: int) -> int:
 
 
 def test_the_c_type_table_is_the_protocol_registry() -> None:
-    source = (ROOT / "scripts" / "null_server.c").read_text()
+    source = (ROOT / "scripts" / "null_server_wire.h").read_text()
     rows = re.findall(r'\{(-?\d+), "(\w+)", "([^"]*)", ([01]), (-?\d+)\},', source)
     table = {int(t): (name, spec, bool(int(reply)), int(rid)) for t, name, spec, reply, rid in rows}
     expected = {}
