@@ -160,7 +160,7 @@ static void drop(struct conn *c) { /* close at once, nothing more is sent */
     close(c->fd);
     for (size_t i = 0; i < c->writers.cap; i++) free(c->writers.slot[i]);
     free(c->writers.slot);
-    for (int i = 0; i < c->nheld; i++) free(c->held[i].frame.b);
+    for (int i = 0; i < MAX_HELD_READS; i++) free(c->held[i].frame.b); /* slots keep theirs */
     timed -= (size_t)c->nheld + c->nb;
     free(c->in.b), free(c->out.b), free(c->dly.b), free(c->batches);
     if (c->prev) c->prev->next = c->next; else conns = c->next;
@@ -348,7 +348,7 @@ static bool answer(struct conn *c, size_t ci, const uint8_t *b, const struct fie
         struct held *h = &c->held[c->nheld++];
         timed++;
         h->due = now() + read_hold;
-        h->frame = (struct buf){0};
+        h->frame.len = 0; /* the slot's buffer is reused */
         uint8_t *p = frame(&h->frame, 10, 2 + nm.n + 8 + 2 + 4 + 8);
         p = wr64(wrstr(p, nm.b, nm.n), rd64(b + f->off[1]));
         p[0] = 1, p[1] = 0;
@@ -420,7 +420,6 @@ static void on_readable(struct conn *c) {
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (r <= 0) { /* end of stream: send what is due, drop what is held (asyncio's close) */
         if (r < 0) { drop(c); return; }
-        for (int i = 0; i < c->nheld; i++) free(c->held[i].frame.b);
         timed -= (size_t)c->nheld + c->nb;
         c->nheld = 0, c->nb = 0, c->closing = true;
         flow(c);
@@ -434,15 +433,20 @@ static void on_readable(struct conn *c) {
 static double fire(struct conn *c, double t, bool *alive) {
     double next = NEVER;
     bool sent = false;
-    for (int i = 0; i < c->nheld;) {
-        if (c->held[i].due > t) { next = MIN(next, c->held[i].due); i++; continue; }
-        reserve(&c->out, c->held[i].frame.len);
-        memcpy(c->out.b + c->out.len, c->held[i].frame.b, c->held[i].frame.len);
-        c->out.len += c->held[i].frame.len;
-        free(c->held[i].frame.b);
-        c->held[i] = c->held[--c->nheld];
-        timed--, sent = true;
+    int k = 0; /* held reads are due in arrival order (one hold for all): a prefix is due */
+    while (k < c->nheld && c->held[k].due <= t) {
+        reserve(&c->out, c->held[k].frame.len);
+        memcpy(c->out.b + c->out.len, c->held[k].frame.b, c->held[k].frame.len);
+        c->out.len += c->held[k++].frame.len;
     }
+    if (k > 0) { /* the answered slots move behind the waiting ones, buffers kept for reuse */
+        static struct held done[MAX_HELD_READS];
+        memcpy(done, c->held, (size_t)k * sizeof *done);
+        memmove(c->held, c->held + k, (size_t)(MAX_HELD_READS - k) * sizeof *done);
+        memcpy(c->held + MAX_HELD_READS - k, done, (size_t)k * sizeof *done);
+        c->nheld -= k, timed -= (size_t)k, sent = true;
+    }
+    if (c->nheld > 0) next = MIN(next, c->held[0].due);
     while (c->nb > 0) {
         struct batch *x = &c->batches[c->bhead];
         if (x->due > t) { next = MIN(next, x->due); break; }
