@@ -162,6 +162,11 @@ def test_a_read_is_held_then_answered_empty_at_the_tail(
     reply = peer.call(ReadSegment(SEGMENT, 0, 4096, "", 11))[0]
     assert time.monotonic() - t0 >= 0.15
     assert reply == SegmentRead(SEGMENT, 0, True, False, b"", 11)
+    # Several held at once are answered in the order they came.
+    reads = [ReadSegment(SEGMENT, 7, 10, "", rid) for rid in (14, 12, 13, 15)]
+    assert peer.call(*reads) == [
+        SegmentRead(SEGMENT, 7, True, False, b"", r.request_id) for r in reads
+    ]
 
 
 def test_more_held_reads_than_the_bound_close_the_connection(
