@@ -512,7 +512,7 @@ static bool on_control(void) {
         if (wn == 5 && memcmp(w, "stats", 5) == 0 && blank(w + 5)) print_counts();
         else if (wn == 5 && memcmp(w, "delay", 5) == 0) {
             double d = strtod(w + 5, &end);
-            if (end == w + 5 || !blank(end) || d != d)
+            if (end == w + 5 || !blank(end) || !(d > -1e9 && d < 1e9)) /* NaN, inf */
                 fprintf(stderr, "null_server: not a number of seconds: %s\n", w + 6);
             else ack_delay = d > 0 ? d : 0.0, print_delay();
         }

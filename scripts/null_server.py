@@ -54,9 +54,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import uuid
@@ -400,7 +402,12 @@ async def serve(host: str, port: int, read_hold: float, max_seconds: float) -> N
     bound = server.sockets[0].getsockname()
     print(f"null server listening on {bound[0]}:{bound[1]}", flush=True)
     stdin = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or sys.stdin.isatty():
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    else:  # a file or /dev/null (uvloop aborts on those): its lines, then the end
+        stdin.feed_data(sys.stdin.buffer.read())
+        stdin.feed_eof()
 
     async def control() -> None:
         while line := await stdin.readline():
@@ -408,7 +415,14 @@ async def serve(host: str, port: int, read_hold: float, max_seconds: float) -> N
             if word == "stats":
                 print(json.dumps(dict(store.counts)), flush=True)
             elif word == "delay":  # "delay SECONDS": every later reply waits that long
-                store.ack_delay = max(0.0, float(arg))
+                try:
+                    seconds = float(arg)
+                except ValueError:
+                    seconds = math.nan
+                if not -1e9 < seconds < 1e9:
+                    print(f"null_server: not a number of seconds: {arg}", file=sys.stderr)
+                    continue
+                store.ack_delay = max(0.0, seconds)
                 print(json.dumps({"ack_delay": store.ack_delay}), flush=True)
 
     try:

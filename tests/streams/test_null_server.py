@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -232,6 +233,26 @@ def test_it_stops_by_itself_when_its_parent_goes_away(
     server.proc.stdin.close()  # what the parent's death does
     assert server.proc.wait(10) == 0
     assert server.stop() == 0
+
+
+def test_control_lines_it_cannot_read_are_refused_in_one_line(
+    launch: Callable[..., NullServerProcess],
+) -> None:
+    server = launch("127.0.0.1", 0).start()
+    assert server.proc.stdin is not None and server.proc.stderr is not None
+    server.proc.stdin.write("delay abc\ndelay nan\ndelay inf\n")
+    server.proc.stdin.flush()
+    server.delay(0.25)  # still reading its lines, and the bad ones changed nothing
+    server.delay(0)
+    assert server.stats() == {}
+    _, err = server.proc.communicate(timeout=10)  # closes its stdin: it stops
+    bad = [f"null_server: not a number of seconds: {x}" for x in ("abc", "nan", "inf")]
+    assert err.splitlines() == bad
+    assert server.stop() == 0
+    argv = server.proc.args
+    # Standard input that is not a pipe (a file, /dev/null): its lines, then it stops.
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.splitlines()[1:] == ["{}"], done
 
 
 def test_it_listens_on_loopback_only(launch: Callable[..., NullServerProcess]) -> None:
