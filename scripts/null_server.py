@@ -36,7 +36,8 @@ Counters of everything answered are printed as one JSON line on stdout for each 
 ``stats`` read on stdin, so a benchmark can check that its traffic really came here. A
 line ``delay SECONDS`` makes every later reply wait that long (replies of one connection
 stay in order): a server whose only cost is a fixed latency, for sweeping the client's
-rate against the server's ack time.
+rate against the server's ack time; a number it cannot take (not finite, not a number)
+gets one error line on stderr and changes nothing.
 The process stops by itself when stdin closes (its parent went away) or after
 ``--max-seconds``. Ready line on stdout: ``null server listening on HOST:PORT``.
 A request whose segment name no reply can carry (over 65,535 bytes once re-encoded)
