@@ -38,10 +38,13 @@ controller is the real one rather than a copy of it). Every
 null case checks that the null server counted the case's bytes and that the controller's
 own store saw no append. ``--ack-delays 1,2,4`` adds the same rows against the null server
 holding every reply that many ms (a server whose only cost is its ack latency; the loop's
-timers are about 1 ms coarse, so the hold really given is printed). The last table gives
-stream/N as a share of segment/N on each backend, and the null server's stream/N as a
-share of the real server's segment/N: when that stays under 90 %, no server can bring the
-client's event writer to 90 % of its byte writers on this server.
+timers are about 1 ms coarse, so the hold really given is printed). ``--null-impl
+python|c|both`` picks the null server: the Python one ("null-py") or the same server in C
+(``scripts/null_server.c``, compiled with ``cc -O2`` into a temporary directory at run
+time, "null-c"), each behind its own controller; default both when ``cc`` is found. The
+last table gives stream/N as a share of segment/N on each backend, and each null server's
+stream/N as a share of the real server's segment/N: when that stays under 90 %, no server
+can bring the client's event writer to 90 % of its byte writers on this server.
 
 Each rate is the best of ``--repeat`` interleaved rounds (default 3; the machine is shared).
 Every figure names the fsync mode. Usage::
@@ -49,6 +52,7 @@ Every figure names the fsync mode. Usage::
     .venv/bin/python scripts/bench_streams.py                     # fsync=always, 200k events
     .venv/bin/python scripts/bench_streams.py --events 50000 --fsync interval
     .venv/bin/python scripts/bench_streams.py --ceiling --ack-delays 1,2,4   # ~3 min
+    .venv/bin/python scripts/bench_streams.py --ceiling --null-impl both --events 200000
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ import segmentstore_client as sc  # noqa: E402
 from segmentstore.server.launcher import ServerProcess  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from null_server import NullServerProcess  # noqa: E402
+from null_server import NullServerProcess, build_c_server, c_compiler  # noqa: E402
 
 CONTROLLER = re.compile(r"controller on (tcp://[0-9.]+:\d+)")
 
@@ -288,8 +292,8 @@ class Case:
 
 @dataclass
 class Backend:
-    """Where a row's data path goes: ``label`` "real" is the real server, "null" the null
-    data server (``scripts/null_server.py``) behind a real controller, "null+Xms" the same
+    """Where a row's data path goes: ``label`` "real" is the real server, "null-py" / "null-c"
+    a null data server (``scripts/null_server.py`` / ``.c``) behind a real controller, "null-c+Xms" the same
     with every reply held X ms; ``sample`` reads its counters (the keys of ``_SAMPLES`` it
     has, plus "bytes" for the null server); ``prepare`` runs before each case."""
 
@@ -300,14 +304,15 @@ class Backend:
 
 
 def null_backends(
-    fsync: str, data: Path, delays_ms: list[float]
+    fsync: str, data: Path, delays_ms: list[float], binary: Path | None = None
 ) -> tuple[list[Backend], ServerProcess, NullServerProcess]:
-    """The null server, and a real ``segmentstore serve`` for the controller whose
-    ``getURI`` hands out the null server's port (``--advertised-port``): the official
-    client asks the real controller and sends its data to the null server. One backend
-    per ack delay (0 first), all on the same null server (the delay is set before each
-    case)."""
-    null = NullServerProcess().start()
+    """The null server (the Python one, or the C one built at ``binary``), and a real
+    ``segmentstore serve`` for the controller whose ``getURI`` hands out the null server's
+    port (``--advertised-port``): the official client asks the real controller and sends
+    its data to the null server. One backend per ack delay (0 first), all on the same null
+    server (the delay is set before each case); labels "null-py", "null-c+2ms", ..."""
+    null = NullServerProcess(binary=binary).start()
+    tag = "null-py" if binary is None else "null-c"
     args = ["--controller-port", "0", "--fsync", fsync, "--advertised-port", str(null.port)]
     ctl = ServerProcess(data, args)
     try:
@@ -330,7 +335,7 @@ def null_backends(
                 "held": c.get("held_batches", 0), "held_us": c.get("held_us", 0)}  # fmt: skip
 
     def backend(ms: float) -> Backend:
-        label = f"null+{ms:g}ms" if ms else "null"
+        label = f"{tag}+{ms:g}ms" if ms else tag
         return Backend(label, m.group(1), sample, lambda: null.delay(ms / 1000))
 
     return [backend(ms) for ms in [0.0, *delays_ms]], ctl, null
@@ -393,14 +398,15 @@ def report(a: argparse.Namespace, backends: list[str], cases: dict[str, Case]) -
             print(line)
     if len(backends) == 1:
         return
+    nulls = [b for b in backends if b.startswith("null") and "+" not in b]
     print(f"  stream/N as a share of segment/N (fsync={a.fsync} for 'real'):")
-    print("    " + " " * 14 + "".join(f"{b:>14}" for b in backends) + "   null of real")
+    print("    " + " " * 14 + "".join(f"{b:>14}" for b in backends) + "".join(f"{b + ' of real':>19}" for b in nulls))  # fmt: skip
     for name, segs in rows:
         if name.startswith("stream"):
             bases = [cases[f"segment/{segs} {b}"].rate for b in backends]
             shares = [cases[f"{name} {b}"].rate / r for b, r in zip(backends, bases, strict=True)]
-            ceiling = cases[f"{name} null"].rate / bases[0]
-            print(f"    {name:<14}" + "".join(f"{x:>14.1%}" for x in shares) + f"{ceiling:>15.1%}")
+            ceilings = [cases[f"{name} {b}"].rate / bases[0] for b in nulls]
+            print(f"    {name:<14}" + "".join(f"{x:>14.1%}" for x in shares) + "".join(f"{x:>19.1%}" for x in ceilings))  # fmt: skip
 
 
 def create_streams(a: argparse.Namespace, server: ServerProcess, uri: str) -> None:
@@ -446,7 +452,17 @@ def main() -> int:
         help="with --ceiling: also against the null server holding every reply this many "
         "ms, comma-separated (e.g. 0.5,1,2)",
     )
+    p.add_argument(
+        "--null-impl",
+        choices=("python", "c", "both"),
+        help="with --ceiling: which null server (scripts/null_server.py, null_server.c built "
+        "with cc -O2 at run time, or both interleaved); default both when cc is found",
+    )
     a = p.parse_args()
+    if a.null_impl is None:
+        a.null_impl = "both" if c_compiler() else "python"
+        if a.ceiling and a.null_impl == "python":
+            print("no C compiler (cc) found: the ceiling uses the Python null server only")
     with tempfile.TemporaryDirectory() as data:
         server = ServerProcess(Path(data, "real"), ["--controller-port", "0", "--fsync", a.fsync])
         server.start()
@@ -456,8 +472,15 @@ def main() -> int:
             if m is None:
                 raise SystemExit("server did not start its controller")
             backends = [Backend("real", m.group(1), lambda: scrape(server))]
-            if a.ceiling:
-                nulls, ctl, null = null_backends(a.fsync, Path(data, "null"), a.ack_delays)
+            for impl in ("python", "c") if a.ceiling else ():
+                if a.null_impl not in (impl, "both"):
+                    continue
+                try:
+                    binary = None if impl == "python" else build_c_server(Path(data))
+                except RuntimeError as e:
+                    raise SystemExit(f"bench_streams: {e}") from None
+                where = Path(data, f"null-{impl}")
+                nulls, ctl, null = null_backends(a.fsync, where, a.ack_delays, binary)
                 extra += [ctl, null]
                 backends += nulls
             if not a.only_create:

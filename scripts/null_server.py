@@ -36,9 +36,18 @@ Counters of everything answered are printed as one JSON line on stdout for each 
 ``stats`` read on stdin, so a benchmark can check that its traffic really came here. A
 line ``delay SECONDS`` makes every later reply wait that long (replies of one connection
 stay in order): a server whose only cost is a fixed latency, for sweeping the client's
-rate against the server's ack time.
+rate against the server's ack time; a number it cannot take (not finite, not a number)
+gets one error line on stderr and changes nothing.
 The process stops by itself when stdin closes (its parent went away) or after
 ``--max-seconds``. Ready line on stdout: ``null server listening on HOST:PORT``.
+A request whose segment name no reply can carry (over 65,535 bytes once re-encoded)
+closes the connection ("unencodable").
+
+``scripts/null_server.c`` (its wire checks in ``null_server_wire.h``) is the same server
+in C (one thread, epoll), with the same command line, lines and replies byte for byte:
+``build_c_server`` compiles it with ``cc -O2`` and ``NullServerProcess(binary=...)`` runs
+it; tests/streams/test_null_server.py runs every behaviour test against both, and
+test_null_server_parity.py compares their bytes.
 """
 
 from __future__ import annotations
@@ -46,8 +55,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import select
+import shutil
+import stat
 import subprocess
 import sys
 import uuid
@@ -83,11 +95,14 @@ from segmentstore_client.protocol import (
     data_appended_frame,
     encode,
 )
-from segmentstore_client.protocol.names import name_problem
+from segmentstore_client.protocol.names import name_problem, wire_length
 
 NEW_WRITER = -(2**63)  # Long.MIN_VALUE: the writer is unknown on this segment
 MAX_HELD_READS = 64  # reads held at once per connection; one more closes it
 MAX_DELAYED = 4096  # batches of replies held per connection before it stops reading
+
+
+ECHOING = (SetupAppend, GetStreamSegmentInfo, CreateSegment, ReadSegment)  # name in the reply
 
 
 class NullStore:
@@ -254,6 +269,11 @@ class NullConnection(asyncio.Protocol):
     def reply(self, c: Any) -> Command | None:
         """The reply to a request that is not an append (``c`` has a ``request_id``)."""
         offsets = self.store.offsets
+        if isinstance(c, ECHOING):
+            name = c.segment_name if isinstance(c, GetStreamSegmentInfo) else c.segment
+            if wire_length(name) > 0xFFFF:  # no reply can carry it
+                self.refuse("unencodable")
+                return None
         if isinstance(c, SetupAppend):
             problem = name_problem(c.segment)
             if problem is not None:
@@ -290,15 +310,45 @@ class NullConnection(asyncio.Protocol):
         self.held.add(handle)
 
 
-class NullServerProcess:
-    """This script as a child process (for ``bench_streams.py`` and the tests): ``start``
-    waits for the ready line, ``stats`` asks for the counters, ``cpu`` reads its CPU
-    seconds from /proc, ``stop`` closes its stdin (it exits) and waits."""
+C_SOURCE = Path(__file__).resolve().with_name("null_server.c")
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, read_hold: float = 10.0) -> None:
+
+def c_compiler() -> str | None:
+    """The C compiler ``build_c_server`` uses (``$CC``, else ``cc``), or None."""
+    return shutil.which(os.environ.get("CC", "cc"))
+
+
+def build_c_server(directory: Path) -> Path:
+    """Compile ``null_server.c`` with ``cc -O2`` into ``directory``; the executable's path.
+    Raises RuntimeError with the compiler's message when there is no compiler or it fails."""
+    cc = c_compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (cc) on PATH")
+    out = directory / "null_server"
+    argv = [cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-o", str(out), str(C_SOURCE)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 or proc.stderr.strip():  # a warning is a bug here too
+        raise RuntimeError(f"cc failed on {C_SOURCE.name}: {proc.stderr.strip()[-2000:]}")
+    return out
+
+
+class NullServerProcess:
+    """This script (or, with ``binary``, the C server ``build_c_server`` made) as a child
+    process (for ``bench_streams.py`` and the tests): ``start`` waits for the ready line,
+    ``stats`` asks for the counters, ``cpu`` reads its CPU seconds from /proc, ``stop``
+    closes its stdin (it exits) and waits. ``impl`` says which: "python" or "c"."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        read_hold: float = 10.0,
+        binary: Path | None = None,
+    ) -> None:
         self.host, self.port = host, port
-        argv = [sys.executable, str(Path(__file__).resolve()), "--host", host, "--port", str(port)]
-        argv += ["--read-hold", str(read_hold)]
+        self.impl = "python" if binary is None else "c"
+        argv = [sys.executable, str(Path(__file__).resolve())] if binary is None else [str(binary)]
+        argv += ["--host", host, "--port", str(port), "--read-hold", str(read_hold)]
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -353,7 +403,12 @@ async def serve(host: str, port: int, read_hold: float, max_seconds: float) -> N
     bound = server.sockets[0].getsockname()
     print(f"null server listening on {bound[0]}:{bound[1]}", flush=True)
     stdin = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    mode = os.fstat(sys.stdin.fileno()).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or sys.stdin.isatty():
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    else:  # a file or /dev/null (uvloop aborts on those): its lines, then the end
+        stdin.feed_data(sys.stdin.buffer.read())
+        stdin.feed_eof()
 
     async def control() -> None:
         while line := await stdin.readline():
@@ -361,7 +416,14 @@ async def serve(host: str, port: int, read_hold: float, max_seconds: float) -> N
             if word == "stats":
                 print(json.dumps(dict(store.counts)), flush=True)
             elif word == "delay":  # "delay SECONDS": every later reply waits that long
-                store.ack_delay = max(0.0, float(arg))
+                try:
+                    seconds = float(arg)
+                except ValueError:
+                    seconds = math.nan
+                if not -1e9 < seconds < 1e9:
+                    print(f"null_server: not a number of seconds: {arg}", file=sys.stderr)
+                    continue
+                store.ack_delay = max(0.0, seconds)
                 print(json.dumps({"ack_delay": store.ack_delay}), flush=True)
 
     try:

@@ -1,11 +1,16 @@
-"""The null data server of ``scripts/bench_streams.py --ceiling`` (``scripts/null_server.py``):
-it answers the official client's append path with the right offsets and event numbers,
-refuses what the real server refuses, stops by itself, and the benchmark's wiring (a real
-controller whose getURI points at it) really sends an official client's events there."""
+"""The null data server of ``scripts/bench_streams.py --ceiling``, in both implementations
+(``scripts/null_server.py`` and ``scripts/null_server.c``, every behaviour test runs
+against each): it answers the official client's append path with the right offsets and
+event numbers, refuses what the real server refuses, stops by itself, survives hostile
+peers with bounded memory, and the benchmark's wiring (a real controller whose getURI
+points at it) really sends an official client's events there. The C server's replies and
+counters are compared byte for byte with the Python one's (``test_null_server_parity.py``)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -35,9 +40,29 @@ from segmentstore_client.protocol import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_streams import child, null_backends
-from null_server import MAX_HELD_READS, NEW_WRITER, NullServerProcess
+from null_server import MAX_HELD_READS, NEW_WRITER, NullServerProcess, build_c_server, c_compiler
 
 SEGMENT = "bench/s/0.#epoch.0"
+IMPLS = ("python", "c")
+
+
+@pytest.fixture(scope="session")
+def c_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``null_server.c`` built once with ``cc -O2`` (a warning fails the build)."""
+    if c_compiler() is None and os.environ.get("CI") != "true":
+        pytest.skip("no C compiler (cc) on PATH: the C null server cannot be built")
+    return build_c_server(tmp_path_factory.mktemp("null-c"))
+
+
+@pytest.fixture(params=IMPLS)
+def launch(request: pytest.FixtureRequest) -> Callable[..., NullServerProcess]:
+    """``launch(host, port, read_hold)``: an unstarted null server of this implementation."""
+    binary = request.getfixturevalue("c_binary") if request.param == "c" else None
+
+    def make(host: str = "127.0.0.1", port: int = 0, read_hold: float = 10.0) -> NullServerProcess:
+        return NullServerProcess(host, port, read_hold, binary)
+
+    return make
 
 
 def record(payload: bytes) -> bytes:
@@ -71,8 +96,8 @@ class Peer:
 
 
 @pytest.fixture
-def null() -> Iterator[NullServerProcess]:
-    server = NullServerProcess("127.0.0.1", 0, read_hold=0.2).start()
+def null(launch: Callable[..., NullServerProcess]) -> Iterator[NullServerProcess]:
+    server = launch("127.0.0.1", 0, read_hold=0.2).start()
     yield server
     assert server.stop() == 0
 
@@ -138,6 +163,11 @@ def test_a_read_is_held_then_answered_empty_at_the_tail(
     reply = peer.call(ReadSegment(SEGMENT, 0, 4096, "", 11))[0]
     assert time.monotonic() - t0 >= 0.15
     assert reply == SegmentRead(SEGMENT, 0, True, False, b"", 11)
+    # Several held at once are answered in the order they came.
+    reads = [ReadSegment(SEGMENT, 7, 10, "", rid) for rid in (14, 12, 13, 15)]
+    assert peer.call(*reads) == [
+        SegmentRead(SEGMENT, 7, True, False, b"", r.request_id) for r in reads
+    ]
 
 
 def test_more_held_reads_than_the_bound_close_the_connection(
@@ -195,24 +225,51 @@ def test_bad_requests_get_the_protocols_answer(
     assert stats["refused"] == 4 and "blocks" not in stats
 
 
-def test_it_stops_by_itself_when_its_parent_goes_away() -> None:
-    server = NullServerProcess("127.0.0.1", 0).start()
+def test_it_stops_by_itself_when_its_parent_goes_away(
+    launch: Callable[..., NullServerProcess],
+) -> None:
+    server = launch("127.0.0.1", 0).start()
     assert server.proc.stdin is not None
     server.proc.stdin.close()  # what the parent's death does
     assert server.proc.wait(10) == 0
     assert server.stop() == 0
 
 
-def test_it_listens_on_loopback_only() -> None:
+def test_control_lines_it_cannot_read_are_refused_in_one_line(
+    launch: Callable[..., NullServerProcess],
+) -> None:
+    server = launch("127.0.0.1", 0).start()
+    assert server.proc.stdin is not None and server.proc.stderr is not None
+    server.proc.stdin.write("delay abc\ndelay nan\ndelay inf\n")
+    server.proc.stdin.flush()
+    server.delay(0.25)  # still reading its lines, and the bad ones changed nothing
+    server.delay(0)
+    assert server.stats() == {}
+    _, err = server.proc.communicate(timeout=10)  # closes its stdin: it stops
+    bad = [f"null_server: not a number of seconds: {x}" for x in ("abc", "nan", "inf")]
+    assert err.splitlines() == bad
+    assert server.stop() == 0
+    argv = server.proc.args
+    # Standard input that is not a pipe (a file, /dev/null): its lines, then it stops.
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.splitlines()[1:] == ["{}"], done
+
+
+def test_it_listens_on_loopback_only(launch: Callable[..., NullServerProcess]) -> None:
     with pytest.raises(RuntimeError, match="loopback only"):
-        NullServerProcess("0.0.0.0", 0).start()
+        launch("0.0.0.0", 0).start()
 
 
-def test_the_benchmark_sends_the_official_clients_events_to_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("impl", IMPLS)
+def test_the_benchmark_sends_the_official_clients_events_to_it(
+    impl: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """``bench_streams.py --ceiling``'s wiring: the official client (in a child process)
     asks the real controller, which hands out the null server's address; every event of
     the stream row and every byte of the byte-writer row arrive there, none in the store."""
-    (backend,), ctl, null = null_backends("never", tmp_path, [])
+    binary = request.getfixturevalue("c_binary") if impl == "c" else None
+    (backend,), ctl, null = null_backends("never", tmp_path, [], binary)
+    assert backend.label == ("null-py" if impl == "python" else "null-c")
     try:
         before = backend.sample()
         job = {"uri": backend.uri, "events": 3000, "size": 100, "segments": 2}
