@@ -23,7 +23,9 @@ every failure names the block's README line:
 * Not run, by rule: a block preceded by ``<!-- no-test: reason -->`` (the one marker, see
   ``readme_blocks.py``); a benchmark (every command line calls ``scripts/bench_*``);
   anything in the Spark section (it needs a Spark session and a DataFrame): its
-  ``.option("name", ...)`` names are checked against the source's option table instead.
+  ``.option("name", ...)`` names are checked against the source's option table instead
+  (``test_spark_block_options``; the README's option table itself is compared with the
+  source's in ``tests/spark/test_codec.py``).
   A block of a tested section that no rule covers fails ``test_every_block_is_covered``.
 
 About 20-30 s in all: four server starts, ~25 short CLI processes, eight Python blocks.
@@ -61,7 +63,15 @@ TESTED: dict[str, set[str] | None] = {
     "Two commands": None,
     "Quick start": None,
     "Client": {"", "Streams: routing keys, reader groups, transactions"},
-    "Spark": {"Install on the driver and the executors", "Batch", "Streams", "Save modes"},
+    "Spark": {
+        "Install on the driver and the executors",
+        "Batch",
+        "Streams",
+        "Save modes",
+        "TLS and credentials",
+        "Streaming",
+        "Older Spark: `foreachPartition` (at-least-once)",
+    },
     "Tables": {""},
     "Command line": None,
     "Formats": None,
@@ -224,36 +234,42 @@ def substitute(code: str, endpoint: str, controller: str) -> str:
     return code
 
 
-def wrapped(code: str, endpoint: str, controller: str) -> str:
-    body = "".join(f"        {ln}\n" for ln in code.splitlines())
-    return (
-        "import asyncio, segmentstore_client\n"
-        "async def main():\n"
-        f"    async with segmentstore_client.connect({endpoint!r}, controller={controller!r})"
-        " as client:\n"
-        f"{body}"
-        "asyncio.run(main())\n"
+def wrapped(block: Block, code: str, endpoint: str, controller: str) -> str:
+    """A fragment made a program by its ``test-wrap`` note: ``coroutine`` runs it inside
+    ``async def main()``, ``async`` also inside ``async with connect(...) as client``."""
+    how = block.wrap
+    if how is None:
+        return code
+    assert how in ("async", "coroutine"), f"{block.where()}: unknown test-wrap {how!r}"
+    indent = "        " if how == "async" else "    "
+    body = "".join(f"{indent}{ln}\n" for ln in code.splitlines())
+    head = "import asyncio, segmentstore_client\nasync def main():\n"
+    if how == "async":
+        head += (
+            f"    async with segmentstore_client.connect({endpoint!r}, "
+            f"controller={controller!r}) as client:\n"
+        )
+    return head + body + "asyncio.run(main())\n"
+
+
+def run_python(block: Block, code: str, cwd: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=clean_env(),
     )
+    assert proc.returncode == 0, f"{block.where()} failed:\n{proc.stderr[-3000:]}"
+    assert proc.stderr == "", f"{block.where()} wrote to stderr:\n{proc.stderr[-3000:]}"
 
 
 @pytest.mark.parametrize("block", by_kind("python"), ids=ids)
 def test_python_block(block: Block, store: tuple[ServerProcess, str], tmp_path: Path) -> None:
     server, controller = store
     code = substitute(block.body, server.endpoint, controller)
-    how = block.wrap
-    if how is not None:
-        assert how == "async", f"{block.where()}: unknown test-wrap {how!r}"
-        code = wrapped(code, server.endpoint, controller)
-    proc = subprocess.run(
-        [sys.executable, "-W", "error::RuntimeWarning", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env=clean_env(),
-    )
-    assert proc.returncode == 0, f"{block.where()} failed:\n{proc.stderr[-3000:]}"
-    assert proc.stderr == "", f"{block.where()} wrote to stderr:\n{proc.stderr[-3000:]}"
+    run_python(block, wrapped(block, code, server.endpoint, controller), tmp_path)
 
 
 # -- terminal sessions --------------------------------------------------------------------
@@ -426,3 +442,75 @@ def test_run_block(block: Block, tmp_path: Path) -> None:
     finally:
         if last is not None:
             last.stop()
+
+
+# -- Security -----------------------------------------------------------------------------
+
+
+def test_security_example(tmp_path: Path) -> None:
+    """The secure set-up as written (certificate, secret, users, server with TLS and auth;
+    the server's ports made ephemeral), then the Python block against it."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    shell = [b for b in by_kind("security") if b.lang != "python"]
+    python = [b for b in by_kind("security") if b.lang == "python"]
+    assert len(shell) == 1 and len(python) == 1, "the Security section's blocks changed"
+    server: Background | None = None
+    try:
+        for line in logical_lines(shell[0].body):
+            where = f"{shell[0].where()}: `{line}`"
+            if line.startswith("segmentstore serve"):
+                line = line.replace("--controller-port 9090", "--controller-port 0")
+                line += f" --port 0 --http-port 0 --data-dir {tmp_path / 'data'}"
+                server = Background(["bash", "-c", "exec " + line], clean_env(), tmp_path)
+                server.ready()
+                continue
+            proc = subprocess.run(
+                ["bash", "-c", line],
+                cwd=tmp_path,
+                env=clean_env(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                start_new_session=True,  # no terminal: a prompt would fail, not wait
+            )
+            assert proc.returncode == 0, f"{where} exited {proc.returncode}:\n{proc.stderr}"
+        assert server is not None, f"{shell[0].where()}: no segmentstore serve line"
+        port = READY.search(server.ready_line)
+        controller = CONTROLLER.search(server.ready_line)
+        assert port and controller, server.ready_line
+        code = python[0].body.replace("localhost:12345", f"localhost:{port.group(2)}")
+        code = code.replace("localhost:9090", f"localhost:{controller.group(2)}")
+        run_python(python[0], wrapped(python[0], code, "", ""), tmp_path)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+# -- Spark --------------------------------------------------------------------------------
+
+SPARK_OWN_OPTIONS = {"checkpointLocation"}  # Spark's, not the source's
+
+
+@pytest.mark.parametrize("block", by_kind("spark"), ids=ids)
+def test_spark_block_options(block: Block) -> None:
+    """Every ``.option(...)`` of a Spark example is one the source takes in that
+    direction (read or write, from the nearest ``read``/``write`` before it), and every
+    ``.mode(...)`` one Spark 4 lets a Python source have."""
+    from segmentstore_client.spark.option_table import OptionError, normalize
+
+    if block.lang != "python":
+        return  # install and spark-submit lines: nothing of ours to check
+    for m in re.finditer(r'\.option\(\s*"(\w+)"', block.body):
+        name = m.group(1)
+        if name in SPARK_OWN_OPTIONS:
+            continue
+        before = re.findall(r"\.(read|write)(?:Stream)?\b", block.body[: m.start()])
+        assert before, f"{block.where()}: .option({name!r}) before any read or write"
+        try:
+            normalize({name: "x"}, before[-1])
+        except OptionError as e:
+            pytest.fail(f"{block.where()}: {e}")
+    for mode in re.findall(r'\.mode\("(\w+)"\)', block.body):
+        assert mode in ("append", "overwrite"), f"{block.where()}: .mode({mode!r})"
