@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import logging
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from . import __version__
 from .commands._cli import add_global_options, apply_top_level
-from .config import FSYNC_MODES, ConfigError, load_config
+from .config import FSYNC_MODES, ConfigError, ServerConfig, load_config
 
 # One line per subcommand module; each module's add_parser registers its commands.
 EXIT_STORAGE = 3  # serve: the store refused to open its data directory
@@ -111,9 +112,25 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--advertised-port", type=int, help="port the controller gives clients (default --port)"
     )
+    _name_settings_without_flags(s)
     for name in SUBCOMMANDS:
         importlib.import_module(name).add_parser(sub)
     return p
+
+
+def _name_settings_without_flags(s: argparse.ArgumentParser) -> None:
+    """``serve --help`` names every setting: those without a flag, with their defaults,
+    in the epilog (budgets, timeouts, controller tuning: README "Resource budgets")."""
+    flags = {option for action in s._actions for option in action.option_strings}
+    rest = [
+        f"{f.name}={f.default}"
+        for f in dataclasses.fields(ServerConfig)
+        if "--" + f.name.replace("_", "-") not in flags
+    ]
+    s.epilog = (
+        "Settings without a flag (as SEGMENTSTORE_<NAME> or a TOML key), with their "
+        "defaults: " + ", ".join(rest) + "."
+    )
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
