@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import re
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,31 @@ def test_global_options_stand_after_subcommands_too(flag: str) -> None:
     segment = sub.choices["segment"]
     inner = next(a for a in segment._actions if isinstance(a, argparse._SubParsersAction))
     assert flag in inner.choices["info"]._option_string_actions
+
+
+def resolve(dotted: str) -> bool:
+    """Whether ``a.b.c`` names a module or an attribute reachable from one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for name in parts[cut:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_named_sdk_paths_exist() -> None:
+    """Every `segmentstore_client.x.y` (or `segmentstore.x.y`) the text names can be
+    imported or reached: a renamed module or class shows here."""
+    problems = []
+    for n, line in LINES:
+        for m in re.finditer(r"`((?:segmentstore_client|segmentstore)(?:\.\w+)+)", line):
+            if not resolve(m.group(1)):
+                problems.append(f"README.md:{n}: {m.group(1)} does not exist")
+    assert problems == []
