@@ -25,7 +25,8 @@ every failure names the block's README line:
   anything in the Spark section (it needs a Spark session and a DataFrame): its
   ``.option("name", ...)`` names are checked against the source's option table instead
   (``test_spark_block_options``; the README's option table itself is compared with the
-  source's in ``tests/spark/test_codec.py``).
+  source's in ``tests/spark/test_codec.py``), and a ``.save()`` must follow a ``.mode()``
+  (Spark's default mode is refused for Python sources).
   A block of a tested section that no rule covers fails ``test_every_block_is_covered``.
 
 About 20-30 s in all: four server starts, ~25 short CLI processes, eight Python blocks.
@@ -514,3 +515,8 @@ def test_spark_block_options(block: Block) -> None:
             pytest.fail(f"{block.where()}: {e}")
     for mode in re.findall(r'\.mode\("(\w+)"\)', block.body):
         assert mode in ("append", "overwrite"), f"{block.where()}: .mode({mode!r})"
+    # Spark's default mode, errorifexists, is refused for Python sources: a batch write
+    # names its mode.
+    for m in re.finditer(r"\.save\(\)", block.body):
+        chain = block.body[block.body.rfind(".write", 0, m.start()) : m.start()]
+        assert ".mode(" in chain, f"{block.where()}: a write without .mode(...)"
