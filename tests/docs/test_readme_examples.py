@@ -94,10 +94,10 @@ def is_benchmark(b: Block) -> bool:
 
 def kind(b: Block) -> str:
     """Which rule covers a block of a tested section ("" = none)."""
+    if b.section == "Spark":
+        return "spark"  # options checked here, run in tests/spark unless marked no-test
     if b.no_test:
         return "no-test"
-    if b.section == "Spark":
-        return "spark"
     if is_benchmark(b):
         return "benchmark"
     if b.section == "Security":
