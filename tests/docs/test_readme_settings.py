@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import importlib
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +254,13 @@ def test_named_sdk_paths_exist() -> None:
             if not resolve(m.group(1)):
                 problems.append(f"README.md:{n}: {m.group(1)} does not exist")
     assert problems == []
+
+
+def test_named_extras_exist() -> None:
+    """Every `segmentstore[extra]` the text tells a user to install is an extra of
+    pyproject.toml."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        extras = set(tomllib.load(f)["project"]["optional-dependencies"])
+    named = [(n, m) for n, line in LINES for m in re.findall(r"segmentstore\[(\w+)\]", line)]
+    assert len(named) >= 5, named
+    assert [f"README.md:{n}: {e}" for n, e in named if e not in extras] == []
