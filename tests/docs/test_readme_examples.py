@@ -5,9 +5,9 @@ ports substituted), each block of a tested section is run by the rule for its ki
 every failure names the block's README line:
 
 * Python blocks run in a fresh interpreter (``-W error::RuntimeWarning``): exit 0, nothing
-  on stderr. A fragment that needs a connected client is marked
-  ``<!-- test-wrap: async -->`` and runs inside ``async def main()`` with ``client``
-  connected (``asyncio`` and ``segmentstore_client`` imported).
+  on stderr. A fragment is made a program by its note: ``<!-- test-wrap: coroutine -->``
+  runs it inside ``async def main()`` (``asyncio`` and ``segmentstore_client``
+  imported), ``<!-- test-wrap: async -->`` also with ``client`` connected.
 * Terminal sessions (lines ``$ command`` then its output) run in order in one directory
   against a fresh server with its controller (``SEGMENTSTORE_ENDPOINT``,
   ``SEGMENTSTORE_CONTROLLER`` and ``SEGMENTSTORE_METRICS_URL`` point at it): exit 0 and
@@ -20,16 +20,19 @@ every failure names the block's README line:
   flag wins) and check its ready line; a ``curl`` line runs against the last one started.
 * The Security set-up (its shell block, then its Python block) runs in
   ``test_security_example``.
-* Not run, by rule: a block preceded by ``<!-- no-test: reason -->`` (the one marker, see
-  ``readme_blocks.py``); a benchmark (every command line calls ``scripts/bench_*``);
-  anything in the Spark section (it needs a Spark session and a DataFrame): its
-  ``.option("name", ...)`` names are checked against the source's option table instead
-  (``test_spark_block_options``; the README's option table itself is compared with the
-  source's in ``tests/spark/test_codec.py``), and a ``.save()`` must follow a ``.mode()``
-  (Spark's default mode is refused for Python sources).
-  A block of a tested section that no rule covers fails ``test_every_block_is_covered``.
+* Spark blocks need a Spark session and a DataFrame: here their ``.option("name", ...)``
+  names are checked against the source's option table and a ``.save()`` must follow a
+  ``.mode()`` (Spark's default mode is refused for Python sources)
+  (``test_spark_block_options``; the option table itself is compared with the source's
+  in ``tests/spark/test_codec.py``); ``tests/spark/test_readme_spark.py`` runs them in the
+  suite's session when ``SEGMENTSTORE_TEST_README_SPARK=1``.
+* Not run, by rule: a block preceded by ``<!-- no-test: reason -->`` (the one way to
+  leave a block out by hand, see ``readme_blocks.py``) and a benchmark (every command
+  line calls ``scripts/bench_*``). A block of a tested section that no rule covers
+  fails ``test_every_block_is_covered``.
 
-About 20-30 s in all: four server starts, ~25 short CLI processes, eight Python blocks.
+About 40 s on an idle machine (1-2 min at load 8): five server starts, ~25 short CLI
+processes, nine Python blocks (README section "README examples, tested").
 """
 
 from __future__ import annotations
