@@ -264,3 +264,16 @@ def test_named_extras_exist() -> None:
     named = [(n, m) for n, line in LINES for m in re.findall(r"segmentstore\[(\w+)\]", line)]
     assert len(named) >= 5, named
     assert [f"README.md:{n}: {e}" for n, e in named if e not in extras] == []
+
+
+def test_exit_code_table_is_the_commands_codes() -> None:
+    """The Command line section's table of exit codes lists exactly the codes of
+    ``segmentstore.commands._cli.Exit``."""
+    from segmentstore.commands._cli import Exit
+
+    text = README.read_text(encoding="utf-8")
+    start = text.index("| Code | Meaning | Code | Meaning |")
+    table = text[start : text.index("\n\n", start)]
+    stated = {int(c) for c in re.findall(r"\|\s*(\d+)\s*\|", table)}
+    codes = {v for k, v in vars(Exit).items() if k.isupper() and isinstance(v, int)}
+    assert stated == codes
