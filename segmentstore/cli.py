@@ -164,10 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .server.server import StartupError, run
-    from .storage import StorageError
-
     try:
+        from .server.server import StartupError, run
+        from .storage import StorageError
+
         try:
             import uvloop
         except ImportError:
@@ -175,6 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(run(config))
         else:
             uvloop.run(run(config))
+    except ModuleNotFoundError as e:
+        # The SDK alone (`pip install .`) installs the command but not the server's
+        # packages, some of which the server imports only as it starts.
+        print(
+            f"segmentstore: serve needs the server's packages: pip install "
+            f"'segmentstore[server]' ({e})",
+            file=sys.stderr,
+        )
+        return 2
     except StorageError as e:
         # A refusal to open the data directory (damage, wrong layout, in use): one line.
         print(f"segmentstore: cannot start: {e}", file=sys.stderr)

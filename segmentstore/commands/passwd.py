@@ -14,14 +14,6 @@ import getpass
 import sys
 from pathlib import Path
 
-from ..auth.passwords import (
-    ADMIN_ACL,
-    PasswordFile,
-    User,
-    hash_password,
-    new_static_token,
-    parse_acl,
-)
 from ._cli import examples
 
 EXIT_BAD = 2
@@ -64,6 +56,19 @@ def _fail(message: str) -> int:
 
 
 def handler(args: argparse.Namespace) -> int:
+    # Imported here: segmentstore.auth needs the server's packages (PyJWT), and the other
+    # commands must work with the SDK and the `cli` extra alone.
+    try:
+        from ..auth.passwords import (
+            ADMIN_ACL,
+            PasswordFile,
+            User,
+            hash_password,
+            new_static_token,
+            parse_acl,
+        )
+    except ImportError as e:
+        return _fail(f"needs the server's packages: pip install 'segmentstore[server]' ({e})")
     name: str = args.user
     if not name or ":" in name or "\n" in name:
         return _fail(f"bad user name {name!r} (non-empty, no ':')")

@@ -69,3 +69,40 @@ def test_serve_help_names_every_setting() -> None:
         and f"{f.name}={f.default}" not in proc.stdout
     ]
     assert missing == []
+
+
+def _without(module: str, argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``segmentstore ARGV`` in a process where ``module`` cannot be imported, as after
+    ``pip install .`` (the SDK alone, no server extra)."""
+    code = (
+        f"import sys; sys.modules[{module!r}] = None\n"
+        "from segmentstore import cli\n"
+        f"sys.exit(cli.main({argv!r}))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        input="pw\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+
+
+def test_client_commands_work_without_the_server_packages(tmp_path: Path) -> None:
+    """With ``pip install .`` every ``segmentstore`` command died with a traceback (No
+    module named 'jwt'): building the parser imported ``passwd``'s server-side imports.
+    Client commands work now; ``passwd`` and ``serve`` say which extra they need."""
+    done = _without("jwt", ["completion", "bash"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "complete" in done.stdout
+    done = _without("jwt", ["passwd", "users", "alice", "--password-stdin"], tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("segmentstore passwd: needs the server's packages: ")
+    assert "segmentstore[server]" in done.stderr and "Traceback" not in done.stderr
+    args = ["serve", "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "d")]
+    done = _without("prometheus_client", args, tmp_path)  # imported as the server starts
+    assert done.returncode == 2
+    last = done.stderr.splitlines()[-1]  # after the start-up log lines
+    assert last.startswith("segmentstore: serve needs the server's packages: "), done.stderr
+    assert "Traceback" not in done.stderr
