@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import logging
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from . import __version__
 from .commands._cli import add_global_options, apply_top_level
-from .config import FSYNC_MODES, ConfigError, load_config
+from .config import FSYNC_MODES, ConfigError, ServerConfig, load_config
 
 # One line per subcommand module; each module's add_parser registers its commands.
 EXIT_STORAGE = 3  # serve: the store refused to open its data directory
@@ -111,9 +112,25 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--advertised-port", type=int, help="port the controller gives clients (default --port)"
     )
+    _name_settings_without_flags(s)
     for name in SUBCOMMANDS:
         importlib.import_module(name).add_parser(sub)
     return p
+
+
+def _name_settings_without_flags(s: argparse.ArgumentParser) -> None:
+    """``serve --help`` names every setting: those without a flag, with their defaults,
+    in the epilog (budgets, timeouts, controller tuning: README "Resource budgets")."""
+    flags = {option for action in s._actions for option in action.option_strings}
+    rest = [
+        f"{f.name}={f.default}"
+        for f in dataclasses.fields(ServerConfig)
+        if "--" + f.name.replace("_", "-") not in flags
+    ]
+    s.epilog = (
+        "Settings without a flag (as SEGMENTSTORE_<NAME> or a TOML key), with their "
+        "defaults: " + ", ".join(rest) + "."
+    )
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -147,10 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from .server.server import StartupError, run
-    from .storage import StorageError
-
     try:
+        from .server.server import StartupError, run
+        from .storage import StorageError
+
         try:
             import uvloop
         except ImportError:
@@ -158,6 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(run(config))
         else:
             uvloop.run(run(config))
+    except ModuleNotFoundError as e:
+        # The SDK alone (`pip install .`) installs the command but not the server's
+        # packages, some of which the server imports only as it starts.
+        print(
+            f"segmentstore: serve needs the server's packages: pip install "
+            f"'segmentstore[server]' ({e})",
+            file=sys.stderr,
+        )
+        return 2
     except StorageError as e:
         # A refusal to open the data directory (damage, wrong layout, in use): one line.
         print(f"segmentstore: cannot start: {e}", file=sys.stderr)

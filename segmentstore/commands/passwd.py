@@ -1,7 +1,8 @@
 """``segmentstore passwd FILE USER``: add or replace a user (or a static token) in a
 password file, with its ACL (README "Security").
 
-The password comes from ``--password-stdin`` (first line of stdin) or a prompt; with
+The password comes from ``--password-stdin`` (first line of stdin) or a prompt on a
+terminal (no terminal and no ``--password-stdin``: exit 2, one line); with
 ``--static-token`` a random token is generated, stored hashed and printed once.
 ``--remove`` deletes the user. Exit codes: 0 done, 2 bad input or unusable file.
 """
@@ -13,14 +14,6 @@ import getpass
 import sys
 from pathlib import Path
 
-from ..auth.passwords import (
-    ADMIN_ACL,
-    PasswordFile,
-    User,
-    hash_password,
-    new_static_token,
-    parse_acl,
-)
 from ._cli import examples
 
 EXIT_BAD = 2
@@ -31,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "passwd",
         help="add a user or static token to a password file",
         description="Add or replace USER in the password file FILE (created if missing). "
-        "It works on the file, not on a running server (which reads it at start).",
+        "It works on the file; a running server reads the file again when it changes.",
         epilog=examples(
             "segmentstore passwd users alice --acl 'prn::/scope:app,READ_UPDATE;"
             "prn::/scope:app/*,READ_UPDATE'",
@@ -63,6 +56,19 @@ def _fail(message: str) -> int:
 
 
 def handler(args: argparse.Namespace) -> int:
+    # Imported here: segmentstore.auth needs the server's packages (PyJWT), and the other
+    # commands must work with the SDK and the `cli` extra alone.
+    try:
+        from ..auth.passwords import (
+            ADMIN_ACL,
+            PasswordFile,
+            User,
+            hash_password,
+            new_static_token,
+            parse_acl,
+        )
+    except ImportError as e:
+        return _fail(f"needs the server's packages: pip install 'segmentstore[server]' ({e})")
     name: str = args.user
     if not name or ":" in name or "\n" in name:
         return _fail(f"bad user name {name!r} (non-empty, no ':')")
@@ -82,6 +88,8 @@ def handler(args: argparse.Namespace) -> int:
         token = None
         if args.password_stdin:
             password = sys.stdin.readline().rstrip("\n")
+        elif not sys.stdin.isatty():  # getpass would warn and read the next line of input
+            return _fail("no terminal to ask for the password: give it with --password-stdin")
         else:
             try:
                 password = getpass.getpass(f"password for {name}: ")
