@@ -28,7 +28,11 @@ def test_settle_freezes_what_is_alive() -> None:
     pauses = GcPauses()
     try:
         pauses.settle()
-        assert pauses.frozen == gc.get_freeze_count() > 1000
+        # a frozen object may be freed (by a thread an earlier test in this worker left
+        # running) between settle() and the check: the count only shrinks, by a few
+        now = gc.get_freeze_count()
+        assert pauses.frozen > 1000
+        assert pauses.frozen - 100 <= now <= pauses.frozen
     finally:
         gc.unfreeze()
     families = {f.name: f for f in pauses.families("x_")}
