@@ -67,6 +67,7 @@ from .append_session import Action, Event, Session, SessionViolation, classify, 
 from .errors import UNSPECIFIED
 
 if TYPE_CHECKING:
+    from ..storage.store import AppendFn
     from .connection import Connection
 
 log = logging.getLogger("segmentstore.server")
@@ -74,10 +75,17 @@ log = logging.getLogger("segmentstore.server")
 _OPEN = Session.OPEN  # in OPEN, DATA -> (OPEN, STORE) and STORED -> (OPEN, ACK): the hot path
 
 
+# One append on its way, in its writer's queue: (future, last event number, event count,
+# bytes, request id, perf_counter when its read was dispatched). A plain tuple: the hot
+# path builds one per append, and the ack needs nothing else.
+Queued = tuple["asyncio.Future[AppendResult]", int, int, int, int, float]
+
+
 class WriterState:
     """One writer's append session on this connection (reference 7.6)."""
 
     __slots__ = (
+        "append",
         "drain",
         "last_acked",
         "last_stored",
@@ -86,6 +94,7 @@ class WriterState:
         "session",
         "setup",
         "wid",
+        "writer",
     )
 
     def __init__(
@@ -94,14 +103,17 @@ class WriterState:
         writer: uuid.UUID,
         last: int,
         on_done: Callable[[WriterState, object], None],
+        append: AppendFn,
     ) -> None:
         self.segment = segment
+        self.writer = writer
         self.wid = writer.bytes  # for the acks (UUID.bytes is computed on every access)
+        self.append = append  # the segment's container's append (store.appender)
         self.session = Session.OPEN
         self.setup = last  # the event number AppendSetup returned: durable before we began
         self.last_stored = last  # highest event number submitted to the store (>= setup)
         self.last_acked = last  # highest event number acknowledged
-        self.queue: deque[tuple[asyncio.Future[AppendResult], Append, float]] = deque()
+        self.queue: deque[Queued] = deque()
         # Done-callback of every append future of this writer (one object, made once).
         self.drain: Callable[[object], None] = functools.partial(on_done, self)
 
@@ -147,7 +159,8 @@ class Appends:
             conn.reply(OperationUnsupported(command.request_id, "appending to a table segment", ""))
             return
         step(previous, Event.SETUP)
-        self.writers[writer] = WriterState(segment, writer, last, self._drain)
+        appender = self.store.appender(segment)
+        self.writers[writer] = WriterState(segment, writer, last, self._drain, appender)
         conn.send(encode(AppendSetup(command.request_id, segment, writer, last)))
 
     def block_end(self, end: AppendBlockEnd) -> None:
@@ -165,11 +178,14 @@ class Appends:
         ):
             self.data(end)
             return
-        append = assembler.end_only(end)
-        if state.segment != append.segment:
+        segment = assembler.take_end_only(end)
+        if state.segment != segment:
             raise RemoteProtocolError(f"data for writer {end.writer_id} with no append session")
         state.last_stored = number
-        self._store(state, append)
+        # No Append object: the store and the queue take the frame's fields as they are.
+        count, data = end.num_events, end.data
+        future = state.append(segment, data, end.writer_id, number, count, None)
+        self._track(state, future, number, count, len(data), end.request_id)
 
     def data(self, command: Command) -> None:
         """Any append data command (the general path)."""
@@ -216,27 +232,29 @@ class Appends:
         if action is Action.ACK_WITHOUT_STORING:
             future: asyncio.Future[AppendResult] = self.conn.loop.create_future()
             future.set_result(AppendResult(self.store.info(append.segment).length, True))
-            self._track(state, append, future)
         else:
             state.last_stored = number
-            self._store(state, append)
-
-    def _store(self, state: WriterState, append: Append) -> None:
-        future = self.store.append(
-            append.segment,
-            append.data,
-            writer_id=append.writer_id,
-            event_number=append.event_number,
-            event_count=append.event_count,
-            expected_offset=append.expected_offset,
-        )
-        self._track(state, append, future)
+            future = state.append(
+                append.segment,
+                append.data,
+                append.writer_id,
+                number,
+                append.event_count,
+                append.expected_offset,
+            )
+        size = len(append.data)
+        self._track(state, future, number, append.event_count, size, append.request_id)
 
     def _track(
-        self, state: WriterState, append: Append, future: asyncio.Future[AppendResult]
+        self,
+        state: WriterState,
+        future: asyncio.Future[AppendResult],
+        number: int,
+        count: int,
+        size: int,
+        rid: int,
     ) -> None:
         """Charge the append's bytes, queue it behind the writer's earlier ones."""
-        size = len(append.data)
         self.inflight_bytes += size
         self.budget.charge(size)
         if not self.paused and (
@@ -244,7 +262,7 @@ class Appends:
             or (self.budget.over and self.inflight_bytes > self.budget.floor)
         ):
             self.paused = True  # the socket pauses when the dispatch loop ends (process)
-        state.queue.append((future, append, time.perf_counter()))
+        state.queue.append((future, number, count, size, rid, self.conn.dispatched_at))
         # One context for every done-callback of this connection (a callback otherwise
         # copies the current one: one more object per append for the collector to trace).
         future.add_done_callback(state.drain, context=self.context)
@@ -252,16 +270,20 @@ class Appends:
     def _drain(self, state: WriterState, _: object = None) -> None:
         """Handle the writer's finished appends from the head of its queue, in order."""
         queue = state.queue
+        freed = 0
         while queue and queue[0][0].done():
-            future, append, started = queue.popleft()
-            self.inflight_bytes -= len(append.data)
-            self.budget.charge(-len(append.data))
+            queued = queue.popleft()
+            future, size = queued[0], queued[3]
+            freed += size
+            self.inflight_bytes -= size
             if not future.cancelled():
                 exc = future.exception()
                 if exc is None:
-                    self.appended(state, append, future.result(), started)
+                    self.appended(state, queued, future.result())
                 else:
-                    self.failed(state, append, exc)
+                    self.failed(state, queued, exc)
+        if freed:
+            self.budget.charge(-freed)
         if self.paused and self.inflight_bytes <= self.inflight_limit // 2:
             if not self.budget.over or self.inflight_bytes <= self.budget.floor:
                 self.paused = False
@@ -281,38 +303,37 @@ class Appends:
         for state in self.writers.values():
             state.step(Event.LOST)
 
-    def appended(
-        self, state: WriterState, append: Append, result: AppendResult, started: float
-    ) -> None:
+    def appended(self, state: WriterState, queued: Queued, result: AppendResult) -> None:
+        _, number, count, size, rid, started = queued
         m = self.metrics
         if result.duplicate:
             m.duplicate_appends += 1
         else:
             m.appends += 1
-            m.events += append.event_count
-            m.append_bytes += len(append.data)
+            m.events += count
+            m.append_bytes += size
         m.append_latency.observe(time.perf_counter() - started)
         if state.session is not _OPEN and state.step(Event.STORED) is Action.DROP:
             return
-        number = append.event_number
         if number > state.last_acked:
             previous, state.last_acked = state.last_acked, number
         elif number <= state.setup:  # resent after AppendSetup: durable already, say so
-            previous = max(NULL_ATTRIBUTE_VALUE, number - append.event_count)
+            previous = max(NULL_ATTRIBUTE_VALUE, number - count)
         else:
             return
-        rid, offset = append.request_id, result.new_length
+        offset = result.new_length
         self.conn.send_frame(data_appended_frame(state.wid, number, previous, rid, offset))
 
-    def failed(self, state: WriterState, append: Append, exc: BaseException) -> None:
+    def failed(self, state: WriterState, queued: Queued, exc: BaseException) -> None:
         conn = self.conn
-        writer, rid, number = append.writer_id, append.request_id, append.event_number
+        _, number, _, _, rid, _ = queued
+        writer, segment = state.writer, state.segment
         if isinstance(exc, BadOffset):
             if state.step(Event.CONDITION_FAILED) is Action.DROP:
                 return
             # The writer stays set up; its next append is judged on what is durable, so
             # the number the failed append used may be sent again.
-            in_flight = [a.event_number for _, a, _ in state.queue]
+            in_flight = [q[1] for q in state.queue]
             state.last_stored = max([state.last_acked, *in_flight])
             self.metrics.errors["ConditionalCheckFailed"] += 1
             conn.send(encode(ConditionalCheckFailed(writer, number, rid)))
@@ -324,9 +345,9 @@ class Appends:
             del self.writers[writer]
             conn.assembler.forget(writer)
         if isinstance(exc, SegmentSealed):
-            conn.reply(SegmentIsSealed(rid, append.segment, "", number))
+            conn.reply(SegmentIsSealed(rid, segment, "", number))
         elif isinstance(exc, SegmentNotFound):
-            conn.reply(NoSuchSegment(rid, append.segment, "", -1))
+            conn.reply(NoSuchSegment(rid, segment, "", -1))
         elif fenced:
             conn.reply(InvalidEventNumber(writer, rid, "", number))
             conn.close()
@@ -335,7 +356,7 @@ class Appends:
             # an ErrorMessage (code UNSPECIFIED; the connection stays up for reads). The
             # client reconnects, learns what is durable from AppendSetup and resends.
             if isinstance(exc, StorageError) and exc.retriable:
-                log.warning("append to %s failed: %s", append.segment, exc)
+                log.warning("append to %s failed: %s", segment, exc)
             elif not isinstance(exc, StorageError):
-                log.error("append to %s failed", append.segment, exc_info=exc)
-            conn.reply(ErrorMessage(rid, append.segment, f"append failed: {exc}", UNSPECIFIED))
+                log.error("append to %s failed", segment, exc_info=exc)
+            conn.reply(ErrorMessage(rid, segment, f"append failed: {exc}", UNSPECIFIED))

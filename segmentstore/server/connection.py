@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, cast
@@ -138,6 +139,7 @@ class Connection(asyncio.Protocol):
         self._first_frame = False
         self._frame_since: float | None = None  # when the partial frame's first byte came
         self._stall_since: float | None = None  # when the transport last paused writing
+        self.dispatched_at = time.perf_counter()  # when process() last began (appends.py)
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -212,6 +214,10 @@ class Connection(asyncio.Protocol):
         """
         backlog = self._backlog
         out_budget = self._out_budget
+        appends = self.appends
+        # One clock read per call, not per append: an append's latency (the metric) starts
+        # when its read is dispatched.
+        self.dispatched_at = time.perf_counter()
         while backlog and not self.closed:
             # _output_full() only when one of its conditions may hold (the common case
             # costs three comparisons, not a call per command)
@@ -225,7 +231,10 @@ class Connection(asyncio.Protocol):
                 break
             command = backlog.popleft()
             try:
-                self.dispatch(command)
+                if type(command) is AppendBlockEnd:  # the append the SDK sends
+                    appends.block_end(command)
+                else:
+                    self.dispatch(command)
             except RemoteProtocolError as e:
                 self.protocol_error(str(e))
                 return

@@ -267,7 +267,16 @@ class SegmentContainer(ContainerReads):
         wid = None
         if writer_id is not None and event_number is not None:
             wid = writer_id.int
-            if event_number <= seg.pending_attr(wid):
+            # seg.pending_attr(wid), inlined for a writer id (not the event-count key)
+            p_attrs = seg.p_attrs
+            if wid == _EC:
+                last = seg.pending_attr(wid)
+            elif p_attrs is not None and wid in p_attrs:
+                last = p_attrs[wid]
+            else:
+                attrs = seg.attrs
+                last = _NULL if attrs is None else attrs.get(wid, _NULL)
+            if event_number <= last:
                 self.stats["duplicates"] += 1
                 if seg.inflight:
                     # The original may still be on its way to disk: answer after it.
@@ -280,11 +289,12 @@ class SegmentContainer(ContainerReads):
         if expected_offset is not None and expected_offset != offset:
             fut.set_exception(BadOffset(name, expected_offset, offset))
             return fut
-        if n and not self._pending_bytes.try_take(n):
-            fut.set_exception(
-                StoreOverloaded(name, f"{self._pending_bytes.used} bytes wait for the disk")
-            )
+        pending = self._pending_bytes
+        used = pending.used
+        if n and used + n > pending.limit and used > 0:  # pending.try_take(n), inlined
+            fut.set_exception(StoreOverloaded(name, f"{used} bytes wait for the disk"))
             return fut
+        pending.used = used + n
         if type(data) is not bytes:
             data = bytes(data)  # the caller may reuse its buffer once we return
         seq = self._next_seq
@@ -300,11 +310,11 @@ class SegmentContainer(ContainerReads):
                     seg.id,
                     offset,
                     event_count,
-                    writer_id.bytes,
+                    wid.to_bytes(16, "big"),  # writer_id.bytes without its Python call
                     event_number,
                 )
         except Exception as exc:  # struct.error: a count or number out of its range
-            self._pending_bytes.release(n)
+            pending.release(n)
             fut.set_exception(InvalidOffset(name, f"bad event number or count: {exc}"))
             return fut
         self._next_seq = seq + 1
@@ -318,7 +328,10 @@ class SegmentContainer(ContainerReads):
             self._parts.append(data)
             self._buf = bytearray()
         if wid is not None:
-            seg.set_pending_attr(wid, event_number)  # type: ignore[arg-type]
+            if wid == _EC or p_attrs is None:
+                seg.set_pending_attr(wid, event_number)  # type: ignore[arg-type]
+            else:
+                p_attrs[wid] = event_number  # type: ignore[assignment]
         seg.p_ec += event_count
         seg.p_length = offset + n
         seg.inflight += 1

@@ -18,7 +18,7 @@ import os
 import time
 import uuid
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from segmentstore_client.protocol.names import encode_name
@@ -39,6 +39,12 @@ from .pending import PendingBytes
 from .wal import FaultHook, fsync_dir
 
 log = logging.getLogger("segmentstore.storage")
+
+# SegmentContainer.append: (name, data, writer_id, event_number, event_count, expected_offset).
+AppendFn = Callable[
+    [str, bytes | bytearray | memoryview, uuid.UUID | None, int | None, int, int | None],
+    asyncio.Future[AppendResult],
+]
 
 LAYOUT_FILE = "store.json"
 _LAYOUT_VERSION = 1
@@ -205,6 +211,12 @@ class SegmentStore:
         else:
             c = self._containers[container_of(name, self._count)]
         return c.append(name, data, writer_id, event_number, event_count, expected_offset)
+
+    def appender(self, name: str) -> AppendFn:
+        """``append`` bound to ``name``'s container, positional: ``(name, data, writer_id,
+        event_number, event_count, expected_offset)``. The server looks it up once per append
+        session and calls it per append (no routing, no keyword arguments on the hot path)."""
+        return self._route(name).append
 
     def try_read(self, name: str, offset: int, max_length: int) -> ReadResult | None:
         """``read`` if it can be served from memory right now, else None (never blocks)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import time
 import uuid
 from typing import Any
 
@@ -46,10 +47,13 @@ class Store:
     def get_attribute(self, segment: str, attribute: uuid.UUID) -> int:
         return NULL_ATTRIBUTE_VALUE
 
-    def append(self, segment: str, data: Any, **_: Any) -> asyncio.Future[AppendResult]:
+    def append(self, segment: str, data: Any, *_: Any) -> asyncio.Future[AppendResult]:
         future: asyncio.Future[AppendResult] = self.loop.create_future()
         self.futures.append(future)
         return future
+
+    def appender(self, segment: str) -> Any:
+        return self.append
 
 
 class Config:
@@ -71,6 +75,7 @@ class Conn:
         self.assembler = AppendAssembler()
         self.closed = False
         self.sent: list[Any] = []
+        self.dispatched_at = time.perf_counter()
 
     def send(self, frame: bytes) -> None:
         self.sent.append(decode(frame))

@@ -112,6 +112,13 @@ class AppendAssembler:
         """``feed(end)`` for an AppendBlockEnd while no block is open (what the SDK and the
         Rust client send for every append), in one call: the same checks, the same errors.
         The caller checks :attr:`block_open` first."""
+        segment = self.take_end_only(end)
+        w, number = end.writer_id, end.last_event_number
+        return Append(segment, w, number, end.num_events, end.data, None, end.request_id)
+
+    def take_end_only(self, end: AppendBlockEnd) -> str:
+        """``end_only`` without building the :class:`Append` (the server's hot path reads
+        the fields from ``end`` itself): the checks, the floor moved; returns the segment."""
         w = end.writer_id
         segment = self._segments.get(w)
         if segment is None:
@@ -119,10 +126,11 @@ class AppendAssembler:
         if end.num_events <= 0:
             raise RemoteProtocolError(f"AppendBlockEnd with numEvents {end.num_events}")
         number = end.last_event_number
-        if number < self._floors[w]:
+        floors = self._floors
+        if number < floors[w]:
             raise RemoteProtocolError(f"writer {w}: event number {number} goes backwards")
-        self._floors[w] = number
-        return Append(segment, w, number, end.num_events, end.data, None, end.request_id)
+        floors[w] = number
+        return segment
 
     def _segment(self, writer_id: uuid.UUID) -> str:
         segment = self._segments.get(writer_id)

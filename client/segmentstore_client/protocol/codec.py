@@ -19,6 +19,7 @@ from typing import Final
 
 from ..errors import FrameTooLarge, LocalProtocolError, MalformedCommand, UnknownCommandType
 from .commands import DECODERS, ENCODERS, Command
+from .commands_data import AppendBlockEnd
 from .primitives import HEADER, Buffer, encode_str
 
 MAX_WIRECOMMAND_SIZE: Final = 0x00FFFFFF
@@ -183,11 +184,16 @@ class FrameDecoder:
         parts = self._big
         assert parts is not None
         self._big, self._big_fill = None, 0
-        # One copy joins the pieces into the frame's own buffer (none for a single piece
-        # of immutable bytes); byte fields are then views of it.
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
         try:
-            out.append(DECODERS[self._big_type](memoryview(body), True))
+            big = None
+            if self._big_type == _BLOCK_END:
+                big = _block_end_with_own_data(parts, self._big_len)
+            if big is None:
+                # One copy joins the pieces into the frame's own buffer (none for a single
+                # piece of immutable bytes); byte fields are then views of it.
+                body = parts[0] if len(parts) == 1 else b"".join(parts)
+                big = DECODERS[self._big_type](memoryview(body), True)
+            out.append(big)
         except MalformedCommand as e:
             self._error = e
             raise
@@ -195,6 +201,51 @@ class FrameDecoder:
             self._error = MalformedCommand(f"malformed payload: {e}")
             raise self._error from e
         return src[take:]
+
+
+# A big AppendBlockEnd (a server's biggest frames: the SDK's blocks of large events). Its
+# body: writer id (16), sizeOfWholeEvents (i32), the data's length (i32), the data, then
+# the fixed fields after it. The data is joined from the pieces into a ``bytes`` of its own,
+# the one copy of it on the way in: the store takes a ``bytes`` as it is (for the log's
+# CRC, its writev and the read cache), where a view of a joined body would be copied again.
+_BLOCK_END: Final = AppendBlockEnd.TYPE
+_BLOCK_END_HEAD: Final = 24
+_I32: Final = struct.Struct(">i")
+
+
+def _block_end_with_own_data(parts: list[Buffer], length: int) -> Command | None:
+    """Decode a complete big AppendBlockEnd's ``parts`` with its data as a ``bytes`` of its
+    own, or None when its data's length is out of range (the general decoder then raises
+    what it raises for any frame)."""
+    if length < _BLOCK_END_HEAD:
+        return None
+    head = b"".join(_span(parts, 0, _BLOCK_END_HEAD))
+    (n,) = _I32.unpack_from(head, _BLOCK_END_HEAD - 4)
+    stop = _BLOCK_END_HEAD + n
+    if n < 0 or stop > length:
+        return None
+    data = b"".join(_span(parts, _BLOCK_END_HEAD, stop))
+    # The other fields, decoded by the generated decoder (same checks, same defaults) from
+    # the head with an empty byte array and the bytes after the data.
+    rest = head[:-4] + _I32.pack(0) + b"".join(_span(parts, stop, length))
+    command = DECODERS[_BLOCK_END](memoryview(rest), True)
+    object.__setattr__(command, "data", data)  # a frozen dataclass's field, set once here
+    return command  # type: ignore[no-any-return]
+
+
+def _span(parts: list[Buffer], start: int, stop: int) -> list[memoryview]:
+    """Views of bytes ``[start, stop)`` of the concatenation of ``parts`` (no copy)."""
+    out: list[memoryview] = []
+    pos = 0
+    for part in parts:
+        size = len(part)
+        lo, hi = max(start - pos, 0), min(stop - pos, size)
+        if lo < hi:
+            out.append(memoryview(part)[lo:hi])
+        pos += size
+        if pos >= stop:
+            break
+    return out
 
 
 _SEGMENT_READ_MID: Final = struct.Struct(">q??i")
