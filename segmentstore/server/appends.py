@@ -169,16 +169,13 @@ class Appends:
         ``classify`` says DATA and the table says (OPEN, STORE)."""
         state = self.writers.get(end.writer_id)
         number = end.last_event_number
-        assembler = self.conn.assembler
-        if (
-            state is None
-            or state.session is not _OPEN
-            or number <= state.last_stored
-            or assembler.block_open
-        ):
+        if state is None or state.session is not _OPEN or number <= state.last_stored:
             self.data(end)
             return
-        segment = assembler.take_end_only(end)
+        segment = self.conn.assembler.take_end_only(end)
+        if segment is None:  # a block is open: the general path joins it
+            self.data(end)
+            return
         if state.segment != segment:
             raise RemoteProtocolError(f"data for writer {end.writer_id} with no append session")
         state.last_stored = number
@@ -268,20 +265,42 @@ class Appends:
         future.add_done_callback(state.drain, context=self.context)
 
     def _drain(self, state: WriterState, _: object = None) -> None:
-        """Handle the writer's finished appends from the head of its queue, in order."""
+        """Handle the writer's finished appends from the head of its queue, in order: an
+        ack per stored append (``DataAppended`` packed straight from the numbers), the
+        error reply for a failed one."""
         queue = state.queue
         freed = 0
+        m = self.metrics
+        now = time.perf_counter()
         while queue and queue[0][0].done():
             queued = queue.popleft()
-            future, size = queued[0], queued[3]
+            future, number, count, size, rid, started = queued
             freed += size
             self.inflight_bytes -= size
-            if not future.cancelled():
-                exc = future.exception()
-                if exc is None:
-                    self.appended(state, queued, future.result())
-                else:
-                    self.failed(state, queued, exc)
+            if future.cancelled():
+                continue
+            exc = future.exception()
+            if exc is not None:
+                self.failed(state, queued, exc)
+                continue
+            result = future.result()
+            if result.duplicate:
+                m.duplicate_appends += 1
+            else:
+                m.appends += 1
+                m.events += count
+                m.append_bytes += size
+            m.append_latency.observe(now - started)
+            if state.session is not _OPEN and state.step(Event.STORED) is Action.DROP:
+                continue
+            if number > state.last_acked:
+                previous, state.last_acked = state.last_acked, number
+            elif number <= state.setup:  # resent after AppendSetup: durable already, say so
+                previous = max(NULL_ATTRIBUTE_VALUE, number - count)
+            else:
+                continue
+            offset = result.new_length
+            self.conn.send_frame(data_appended_frame(state.wid, number, previous, rid, offset))
         if freed:
             self.budget.charge(-freed)
         if self.paused and self.inflight_bytes <= self.inflight_limit // 2:
@@ -302,27 +321,6 @@ class Appends:
         self.budget.forget(self)
         for state in self.writers.values():
             state.step(Event.LOST)
-
-    def appended(self, state: WriterState, queued: Queued, result: AppendResult) -> None:
-        _, number, count, size, rid, started = queued
-        m = self.metrics
-        if result.duplicate:
-            m.duplicate_appends += 1
-        else:
-            m.appends += 1
-            m.events += count
-            m.append_bytes += size
-        m.append_latency.observe(time.perf_counter() - started)
-        if state.session is not _OPEN and state.step(Event.STORED) is Action.DROP:
-            return
-        if number > state.last_acked:
-            previous, state.last_acked = state.last_acked, number
-        elif number <= state.setup:  # resent after AppendSetup: durable already, say so
-            previous = max(NULL_ATTRIBUTE_VALUE, number - count)
-        else:
-            return
-        offset = result.new_length
-        self.conn.send_frame(data_appended_frame(state.wid, number, previous, rid, offset))
 
     def failed(self, state: WriterState, queued: Queued, exc: BaseException) -> None:
         conn = self.conn

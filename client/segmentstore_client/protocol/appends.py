@@ -46,14 +46,24 @@ class Append:
     request_id: int
 
 
+class _Writer:
+    """A set-up writer: its segment, and the highest event number it has sent (its floor)."""
+
+    __slots__ = ("floor", "segment")
+
+    def __init__(self, segment: str) -> None:
+        self.segment = segment
+        self.floor = 0
+
+
 class AppendAssembler:
     """Per-connection reassembly of append data into :class:`Append` objects."""
 
-    __slots__ = ("_floors", "_pending", "_segments")
+    __slots__ = ("_pending", "_writers")
 
     def __init__(self) -> None:
-        self._segments: dict[uuid.UUID, str] = {}
-        self._floors: dict[uuid.UUID, int] = {}
+        # One entry per writer (one UUID hash per lookup: UUID.__hash__ is Python code).
+        self._writers: dict[uuid.UUID, _Writer] = {}
         self._pending: AppendBlock | None = None
 
     @property
@@ -65,16 +75,15 @@ class AppendAssembler:
         """Record a SetupAppend: the writer now writes to ``segment``; its floor resets."""
         if self._pending is not None:
             raise RemoteProtocolError("SetupAppend between AppendBlock and its AppendBlockEnd")
-        self._segments[writer_id] = segment
-        self._floors[writer_id] = 0
+        self._writers[writer_id] = _Writer(segment)
 
     def forget(self, writer_id: uuid.UUID) -> None:
         """Drop a writer (after a failed append): its data is refused until set up again."""
-        self._segments.pop(writer_id, None)
-        self._floors.pop(writer_id, None)
+        self._writers.pop(writer_id, None)
 
     def segment_of(self, writer_id: uuid.UUID) -> str | None:
-        return self._segments.get(writer_id)
+        writer = self._writers.get(writer_id)
+        return None if writer is None else writer.segment
 
     def feed(self, command: Command) -> Append | None:
         """Take one data command; return the completed append, or None for a block start."""
@@ -113,37 +122,41 @@ class AppendAssembler:
         Rust client send for every append), in one call: the same checks, the same errors.
         The caller checks :attr:`block_open` first."""
         segment = self.take_end_only(end)
+        assert segment is not None, "a block is open"
         w, number = end.writer_id, end.last_event_number
         return Append(segment, w, number, end.num_events, end.data, None, end.request_id)
 
-    def take_end_only(self, end: AppendBlockEnd) -> str:
+    def take_end_only(self, end: AppendBlockEnd) -> str | None:
         """``end_only`` without building the :class:`Append` (the server's hot path reads
-        the fields from ``end`` itself): the checks, the floor moved; returns the segment."""
+        the fields from ``end`` itself): the checks, the floor moved; returns the segment.
+        None, with nothing done, while a block is open (``feed`` then joins the two)."""
+        if self._pending is not None:
+            return None
         w = end.writer_id
-        segment = self._segments.get(w)
-        if segment is None:
+        writer = self._writers.get(w)
+        if writer is None:
             raise RemoteProtocolError(f"data for writer {w} before its SetupAppend")
         if end.num_events <= 0:
             raise RemoteProtocolError(f"AppendBlockEnd with numEvents {end.num_events}")
         number = end.last_event_number
-        floors = self._floors
-        if number < floors[w]:
+        if number < writer.floor:
             raise RemoteProtocolError(f"writer {w}: event number {number} goes backwards")
-        floors[w] = number
-        return segment
+        writer.floor = number
+        return writer.segment
 
     def _segment(self, writer_id: uuid.UUID) -> str:
-        segment = self._segments.get(writer_id)
-        if segment is None:
+        writer = self._writers.get(writer_id)
+        if writer is None:
             raise RemoteProtocolError(f"data for writer {writer_id} before its SetupAppend")
-        return segment
+        return writer.segment
 
     def _advance(self, writer_id: uuid.UUID, event_number: int) -> None:
-        if event_number < self._floors[writer_id]:
+        writer = self._writers[writer_id]
+        if event_number < writer.floor:
             raise RemoteProtocolError(
                 f"writer {writer_id}: event number {event_number} goes backwards"
             )
-        self._floors[writer_id] = event_number
+        writer.floor = event_number
 
     def _block_end(self, end: AppendBlockEnd) -> Append:
         w = end.writer_id
