@@ -14,7 +14,9 @@ on the loop are meant to lower; the ack percentiles come from bench_latency's ow
 the Python function calls the event loop's thread makes per append, under cProfile, with
 the server's real ``Connection`` and store driven in memory (``tests/server/harness.py``
 of each checkout, fsync=never, plain asyncio): 100 writers on one connection, each read
-carrying one AppendBlockEnd per writer, 20 reads.
+carrying one AppendBlockEnd per writer, 20 reads. Then, without the profiler, the thread
+CPU time of ``data_received`` (decode, dispatch, the store's append) per append over 200
+more such reads, and per MiB of 30 frames of 16 x 64 KiB events fed in 256 KiB pieces.
 """
 
 from __future__ import annotations
@@ -114,8 +116,10 @@ def one_run(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
-async def count_calls(tree: Path) -> float:
-    """Python calls on the loop per append (run inside a child with ``tree`` on the path)."""
+async def count_calls(tree: Path) -> tuple[float, float, float]:
+    """Python calls on the loop per append, then (no profiler) the loop thread's CPU in
+    ``data_received`` per small append and per MiB of 1 MiB blocks of 64 KiB events (run
+    inside a child with ``tree`` on the path)."""
     import cProfile
     import pstats
     import tempfile
@@ -135,25 +139,42 @@ async def count_calls(tree: Path) -> float:
     with tempfile.TemporaryDirectory(prefix="bench-loop-calls-") as d:
         async with harness(Path(d)) as h:
             peer = h.connect()
-            writers = [uuid.uuid4() for _ in range(100)]
-            peer.send(*(CreateSegment(i, f"s{i}", 0, 0) for i in range(100)))
-            await peer.until(lambda: len(peer.received) >= 101, "created")
+            writers = [uuid.uuid4() for _ in range(101)]
+            peer.send(*(CreateSegment(i, f"s{i}", 0, 0) for i in range(101)))
+            await peer.until(lambda: len(peer.received) >= 102, "created")
             peer.send(*(SetupAppend(1000 + i, w, f"s{i}") for i, w in enumerate(writers)))
-            await peer.until(lambda: len(peer.received) >= 201, "set up")
+            await peer.until(lambda: len(peer.received) >= 203, "set up")
+            big_writer = writers.pop()
             event = frame_event(b"x" * 100)
             reads = [
                 b"".join(encode(block_end(w, event, 1, k, k)) for w in writers)
-                for k in range(1, 21)
+                for k in range(1, 221)
             ]
+
+            async def feed(reads: list[bytes], replies: int) -> float:
+                cpu = 0.0
+                for read in reads:
+                    want = len(peer.received) + replies
+                    t = time.thread_time()
+                    peer.send_raw(read)
+                    cpu += time.thread_time() - t
+                    await peer.until(lambda want=want: len(peer.received) >= want, "acks")
+                return cpu
+
             prof = cProfile.Profile()
             prof.enable()
-            for read in reads:
-                want = len(peer.received) + 100
-                peer.send_raw(read)
-                await peer.until(lambda want=want: len(peer.received) >= want, "acks", turns=1)
+            await feed(reads[:20], 100)
             prof.disable()
+            small = await feed(reads[20:], 100) / (100 * len(reads[20:]))
+            records = b"".join(frame_event(bytes([n]) * 65536) for n in range(16))
+            cpu = 0.0
+            for k in range(1, 31):
+                frame = encode(block_end(big_writer, records, 16, 16 * k, k))
+                pieces = [frame[i : i + 256 * 1024] for i in range(0, len(frame), 256 * 1024)]
+                cpu += await feed(pieces[:-1], 0) + await feed(pieces[-1:], 1)
+            per_mib = cpu / (30 * len(records) / 2**20)
     calls = sum(v[1] for v in pstats.Stats(prof).stats.values())  # type: ignore[attr-defined]
-    return calls / (100 * len(reads))
+    return calls / (100 * 20), small, per_mib
 
 
 def compare_calls(trees: dict[str, Path]) -> None:
@@ -161,7 +182,12 @@ def compare_calls(trees: dict[str, Path]) -> None:
         env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'client'}")
         cmd = [sys.executable, str(Path(__file__).resolve()), "--count-calls-in", str(tree)]
         out = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True)
-        print(f"{name:<5} {float(out.stdout):6.1f} Python calls on the loop per append")
+        calls, small, big = (float(x) for x in out.stdout.split())
+        print(
+            f"{name:<5} {calls:6.1f} Python calls on the loop per append, data_received "
+            f"{small * 1e6:5.2f} us CPU per 100 B append, {big * 1e3:5.3f} ms per MiB of "
+            "1 MiB blocks of 64 KiB events"
+        )
 
 
 def main() -> None:
@@ -177,7 +203,7 @@ def main() -> None:
     p.add_argument("--window", type=float, default=5.0, help="seconds of CPU measured")
     args = p.parse_args()
     if args.count_calls_in is not None:
-        print(asyncio.run(count_calls(args.count_calls_in)))
+        print(*asyncio.run(count_calls(args.count_calls_in)))
         return
     if args.other is None:
         p.error("--other is required")
