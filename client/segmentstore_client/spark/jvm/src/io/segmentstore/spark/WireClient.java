@@ -92,6 +92,7 @@ final class WireClient implements Closeable {
   private long nextId = 1;
   // The payload expect() returned last: frame[0, frameLen). Reused from reply to reply
   // (from Buffers once large), so 2 MiB reads allocate no array each; recycle() gives it back.
+  private static final int FRAME_BYTES = EventSource.READ_BYTES + 64 * 1024;
   private byte[] frame = new byte[0];
   private int frameLen;
 
@@ -243,8 +244,10 @@ final class WireClient implements Closeable {
                 + "protocol's maximum is " + MAX_FRAME + ")", segment, offset);
           }
           if (len > frame.length) {
+            // A large frame gets room for any read reply (2 MiB and its header), so the
+            // pool holds arrays of one size for frames whatever a reply's length.
             byte[] old = frame;
-            frame = Buffers.take(len);
+            frame = Buffers.take(len < Buffers.MIN_BYTES ? len : Math.max(len, FRAME_BYTES));
             Buffers.give(old);
           }
           frameLen = 0; // frame's bytes are being replaced
