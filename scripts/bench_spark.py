@@ -13,7 +13,8 @@ above it.
 Next to wall time, ``cpu`` is the CPU seconds the run cost the Spark JVM, its Python
 workers and this benchmark's server (from ``/proc``): on a loaded machine it moves far
 less than wall time, split into the Spark JVM itself (``jvm``), its Python workers (``py``)
-and the server. ``parts`` is the read's input partition count.
+and the server. ``gc N x M ms`` is the mean number of the JVM's garbage collections per run
+and their time (its GarbageCollectorMXBeans). ``parts`` is the read's input partition count.
 
     .venv/bin/python scripts/bench_spark.py                     # starts its own server
     .venv/bin/python scripts/bench_spark.py --fsync interval --runs 5
@@ -113,13 +114,20 @@ class Figure:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     parts: dict[str, list[float]] = field(default_factory=dict)
+    gcs: list[int] = field(default_factory=list)
+    gc_ms: list[int] = field(default_factory=list)
 
     def text(self) -> str:
         w, c = self.wall, self.cpu
         split = " ".join(f"{k} {statistics.median(v):.2f}" for k, v in self.parts.items())
+        gc = (
+            f" gc {statistics.mean(self.gcs):.1f} x {statistics.mean(self.gc_ms):.0f} ms"
+            if self.gcs
+            else ""
+        )
         return (
             f"{statistics.median(w):5.2f} s [{min(w):.2f}-{max(w):.2f}]"
-            f" cpu {statistics.median(c):5.2f} s" + (f" ({split})" if split else "")
+            f" cpu {statistics.median(c):5.2f} s" + (f" ({split})" if split else "") + gc
         )
 
 
@@ -127,9 +135,20 @@ class Timer:
     """Times actions as wall seconds and CPU seconds of the Spark JVM's process tree
     (the JVM alone and its Python workers apart) and of the server."""
 
-    def __init__(self, jvm_pid: int, server_pid: int | None) -> None:
+    def __init__(self, jvm_pid: int, server_pid: int | None, jvm: Any = None) -> None:
         self.jvm_pid = jvm_pid
         self.server_pid = server_pid
+        # The Spark JVM's collectors (py4j), read outside the timed window: how many
+        # collections an action caused and their time (G1: the pauses).
+        mx = jvm.java.lang.management.ManagementFactory if jvm is not None else None
+        self.gc_beans = list(mx.getGarbageCollectorMXBeans()) if mx is not None else []
+
+    def _gc(self) -> tuple[int, int]:
+        n = t = 0
+        for b in self.gc_beans:
+            n += max(int(b.getCollectionCount()), 0)
+            t += max(int(b.getCollectionTime()), 0)
+        return n, t
 
     def _sample(self) -> dict[str, float]:
         tree = cpu_seconds([self.jvm_pid])
@@ -140,10 +159,15 @@ class Timer:
         return out
 
     def run(self, fig: Figure, action: Callable[[], None], timed: bool = True) -> None:
+        g0 = self._gc()
         c0, t0 = self._sample(), time.perf_counter()
         action()
         t1, c1 = time.perf_counter(), self._sample()
+        g1 = self._gc()
         if timed:
+            if self.gc_beans:
+                fig.gcs.append(g1[0] - g0[0])
+                fig.gc_ms.append(g1[1] - g0[1])
             fig.wall.append(t1 - t0)
             fig.cpu.append(sum(c1.values()) - sum(c0.values()))
             for k, v in c1.items():
@@ -227,7 +251,7 @@ def main() -> int:
             spark.dataSource.register(_source())
             jvm: Any = spark.sparkContext._jvm
             jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
-            timer = Timer(jvm_pid, server_pid)
+            timer = Timer(jvm_pid, server_pid, jvm)
             cores = spark.sparkContext.defaultParallelism
             df = spark.range(0, ns.rows, 1, cores).selectExpr(
                 "id",

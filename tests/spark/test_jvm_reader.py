@@ -338,3 +338,61 @@ def test_a_task_stopped_early_stops_its_decoding_thread(
         time.sleep(0.05)
     assert _reader_threads(spark) == []
     assert df.count() == 20_000  # and the next query reads everything
+
+
+def _arrow_events(endpoint: str, seg: str, ids: range, width: int) -> None:
+    """Events as the sink writes them (Arrow IPC, zstd, record envelope), 1,000 rows each,
+    written through the SDK: ``id`` and ``s``, a string of ``width`` random hex digits."""
+    import os
+
+    import pyarrow as pa
+    from segmentstore_client.spark.codec import ArrowEncoder, arrow_headers
+
+    enc = ArrowEncoder(pa.schema([("id", pa.int64()), ("s", pa.string())]), None, "zstd")
+    with sync.connect(endpoint) as c:
+        c.create_segment(seg)
+        with c.writer(seg) as w:
+            for lo in range(ids.start, ids.stop, 1000):
+                part = range(lo, min(lo + 1000, ids.stop))
+                s = [os.urandom(width // 2).hex() for _ in part]
+                batch = pa.record_batch([pa.array(part, pa.int64()), pa.array(s)], ["id", "s"])
+                w.write(records.encode(enc.encode([batch]), headers=arrow_headers(len(part))))
+
+
+def test_tasks_reusing_read_arrays_each_read_their_own_bytes(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    """Session 12: a task's event buffer and its 2 MiB read frames come from a pool
+    (``Buffers``: arrays of 512 KiB or more are humongous objects in Spark's G1 heap, and
+    allocating them started collections), given back once the task's decoding thread has
+    stopped. Tasks running at the same time must never share an array, and a reused
+    array's old bytes must never be read: two segments of 5 MB (incompressible strings, so
+    each task makes several 2 MiB reads), read in one query as two tasks running together,
+    three times over, return exactly their ids. Seen failing with ``take()`` leaving the
+    array it hands out in the pool (a record CRC-32C mismatch, or the other task's rows)."""
+    other = seg.replace("/0", "/1")
+    _arrow_events(endpoint, seg, range(0, 10_000), 500)
+    _arrow_events(endpoint, other, range(10_000, 20_000), 500)
+    sc = spark.sparkContext
+    group = f"buffers-{seg}"
+    sc.setJobGroup(group, "tasks reusing read arrays")
+    try:
+        for _ in range(3):
+            df = (
+                spark.read.format(FORMAT)
+                .option("endpoint", endpoint)
+                .option("segments", f"{seg},{other}")
+                .option("minPartitions", "1")
+                .load()
+            )
+            assert df.rdd.getNumPartitions() == 2
+            got = df.selectExpr(
+                "min(id)", "max(id)", "count(id)", "count(distinct id)", "sum(length(s))"
+            ).collect()[0]
+            assert tuple(got) == (0, 19_999, 20_000, 20_000, 20_000 * 500)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    # The session lets a task fail twice: a corrupt read retried would still pass above.
+    tracker = sc.statusTracker()
+    stages = [s for j in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(j).stageIds]
+    assert stages and sum(tracker.getStageInfo(s).numFailedTasks for s in stages) == 0

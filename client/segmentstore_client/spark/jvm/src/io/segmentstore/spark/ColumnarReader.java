@@ -5,7 +5,8 @@
 // Fetching, checking and decoding run on a thread of the reader's own, at most AHEAD
 // batches ahead of Spark, so they overlap Spark's consumption of the batch before; its
 // failure is thrown from next() as it was raised, and close() stops it (interrupt, then
-// the socket closed) before any Arrow memory is released. A batch stays valid until the
+// the socket closed) before any Arrow memory is released or its read arrays are given
+// back to Buffers (never while the thread may still run). A batch stays valid until the
 // next call to next() or close(). Also the factory Spark serializes to the executors
 // (columnar reads only).
 package io.segmentstore.spark;
@@ -72,6 +73,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
   private long tDecode;
   private long tWait;
   private long tSpark;
+  private volatile long tFirst; // born -> the first batch queued (decoding thread)
   private int batches;
 
   ColumnarReader(ReadOptions o, StructType schema, Planner.Range range) throws IOException {
@@ -92,6 +94,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     try {
       while (!closing && advance()) {
         Decoded d = new Decoded(arrow.detachRoot(), arrow.batch());
+        if (Timing.ON && tFirst == 0) {
+          tFirst = Timing.now() - born;
+        }
         try {
           ready.put(d);
         } catch (InterruptedException e) {
@@ -222,8 +227,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     Timing.log(
         "task", born,
         String.format(
-            "%s fetch %.1f crc %.1f decode %.1f wait %.1f spark %.1f ms, %d batches", range,
-            tFetch / 1e6, tCrc / 1e6, tDecode / 1e6, tWait / 1e6, tSpark / 1e6, batches));
+            "%s first %.1f fetch %.1f crc %.1f decode %.1f wait %.1f spark %.1f ms, %d batches",
+            range, tFirst / 1e6, tFetch / 1e6, tCrc / 1e6, tDecode / 1e6, tWait / 1e6,
+            tSpark / 1e6, batches));
     if (!stopped) {
       // Never free memory a running thread may still write: leave it to the collector.
       throw new IOException("segmentstore-jvm: reading " + range + " did not stop within "
@@ -238,7 +244,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     try {
       arrow.close();
     } finally {
-      allocator.close();
+      try {
+        allocator.close();
+      } finally {
+        events.recycle(); // the decoding thread has stopped: no one writes these arrays now
+      }
     }
   }
 

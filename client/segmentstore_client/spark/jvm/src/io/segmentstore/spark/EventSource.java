@@ -40,7 +40,7 @@ final class EventSource implements Closeable {
     this.pos = start;
     this.end = end;
     this.readBytes = Math.min(readBytes, READ_BYTES);
-    this.buf = new byte[this.readBytes * 2];
+    this.buf = Buffers.take(this.readBytes * 2);
   }
 
   byte[] buf() {
@@ -108,8 +108,11 @@ final class EventSource implements Closeable {
   private void append(byte[] data, int from, int n) {
     int have = tail - head;
     if (tail + n > buf.length) {
-      byte[] to = have + n > buf.length ? new byte[2 * (have + n)] : buf;
+      byte[] to = have + n > buf.length ? Buffers.take(2 * (have + n)) : buf;
       System.arraycopy(buf, head, to, 0, have);
+      if (to != buf) {
+        Buffers.give(buf);
+      }
       buf = to;
       head = 0;
       tail = have;
@@ -121,5 +124,19 @@ final class EventSource implements Closeable {
   @Override
   public void close() throws IOException {
     client.close();
+  }
+
+  /**
+   * Gives this source's arrays (its buffer, its client's frame) back to {@link Buffers}:
+   * only after close(), once no thread can still be inside next(); the event bytes last
+   * returned are invalid afterwards.
+   */
+  void recycle() {
+    byte[] b = buf;
+    buf = new byte[0];
+    head = 0;
+    tail = 0;
+    client.recycle();
+    Buffers.give(b);
   }
 }

@@ -55,7 +55,11 @@ final class WireClient implements Closeable {
     }
   }
 
-  /** One SegmentRead reply: the bytes at {@code offset}, {@code frame[from, from + length)}. */
+  /**
+   * One SegmentRead reply: the bytes at {@code offset}, {@code frame[from, from + length)}.
+   * The frame array is the client's and is reused: valid until the client reads its next
+   * reply.
+   */
   static final class Chunk {
     final long offset;
     final boolean atTail;
@@ -86,7 +90,11 @@ final class WireClient implements Closeable {
   private final DataOutputStream out;
   private final Map<Long, Integer> asked = new HashMap<>(); // read request id -> length
   private long nextId = 1;
-  private byte[] lastFrame = new byte[0]; // the payload expect() returned last
+  // The payload expect() returned last: frame[0, frameLen). Reused from reply to reply
+  // (from Buffers once large), so 2 MiB reads allocate no array each; recycle() gives it back.
+  private static final int FRAME_BYTES = EventSource.READ_BYTES + 64 * 1024;
+  private byte[] frame = new byte[0];
+  private int frameLen;
 
   WireClient(ReadOptions o) throws IOException {
     this.endpoint = o.endpoint();
@@ -205,14 +213,14 @@ final class WireClient implements Closeable {
             "a SegmentRead of " + n + " bytes at offset " + offset + ", more than the " + length
                 + " asked for", segment);
       }
-      int from = lastFrame.length - r.available();
+      int from = frameLen - r.available();
       if (r.skip(n) != n || (r.available() != 0 && r.available() < 8)) {
         throw malformed("SegmentRead", segment, offset, new EOFException("trailing bytes"));
       }
       if (r.available() >= 8) {
         checkId(r.readLong(), id, "SegmentRead", segment);
       }
-      return new Chunk(at, tail, end, lastFrame, from, n);
+      return new Chunk(at, tail, end, frame, from, n);
     } catch (EOFException | UTFDataFormatException e) {
       throw malformed("SegmentRead", segment, offset, e);
     }
@@ -228,7 +236,6 @@ final class WireClient implements Closeable {
       for (int i = 0; i < 1000; i++) {
         int t;
         int len;
-        byte[] body;
         try {
           t = in.readInt();
           len = in.readInt();
@@ -236,8 +243,16 @@ final class WireClient implements Closeable {
             throw protocol("a frame of type " + t + " declaring " + len + " bytes (the "
                 + "protocol's maximum is " + MAX_FRAME + ")", segment, offset);
           }
-          body = new byte[len];
-          in.readFully(body);
+          if (len > frame.length) {
+            // A large frame gets room for any read reply (2 MiB and its header), so the
+            // pool holds arrays of one size for frames whatever a reply's length.
+            byte[] old = frame;
+            frame = Buffers.take(len < Buffers.MIN_BYTES ? len : Math.max(len, FRAME_BYTES));
+            Buffers.give(old);
+          }
+          frameLen = 0; // frame's bytes are being replaced
+          in.readFully(frame, 0, len);
+          frameLen = len;
         } catch (SocketTimeoutException e) {
           throw new IOException(
               "segmentstore-jvm: no reply from " + endpoint + " within " + timeoutMillis
@@ -254,13 +269,12 @@ final class WireClient implements Closeable {
         if (t == 100) {
           continue;
         }
-        DataInputStream r = new DataInputStream(new ByteArrayInputStream(body));
+        DataInputStream r = new DataInputStream(new ByteArrayInputStream(frame, 0, len));
         if (t == HELLO) {
           checkHello(r, segment);
           continue;
         }
         if (t == type) {
-          lastFrame = body;
           return r;
         }
         try {
@@ -338,6 +352,17 @@ final class WireClient implements Closeable {
   @Override
   public void close() throws IOException {
     socket.close();
+  }
+
+  /**
+   * Gives the frame array back to {@link Buffers}: only once no thread can still read a
+   * reply with this client (close() alone may run while another thread is in a read).
+   */
+  void recycle() {
+    byte[] f = frame;
+    frame = new byte[0];
+    frameLen = 0;
+    Buffers.give(f);
   }
 
   /**
