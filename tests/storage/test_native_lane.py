@@ -7,16 +7,17 @@ its eventfd fails these tests by timeout instead of hanging the suite."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from segmentstore.storage import SegmentStore, StorageUnavailable
+from segmentstore.storage import SegmentStore, StorageUnavailable, StoreConfig
 from segmentstore.storage import log_thread as lt_mod
 from segmentstore.storage import wal as wal_mod
 from segmentstore.storage.log_thread import LogThread
@@ -243,30 +244,42 @@ async def test_store_log_files_are_byte_identical_with_and_without_the_lane(
     assert logs[0] == logs[1]
 
 
-async def test_a_lane_error_falls_back_and_the_batch_is_durable(
-    tmp_path: Path, crash_copy: Callable[[Path], Path]
-) -> None:
-    """The lane gets /dev/full (ENOSPC) instead of the log file: the Python thread writes
-    the same batch to the real file; every append is acknowledged and survives a crash."""
-    cfg = small_config(tmp_path / "live")
+@contextlib.asynccontextmanager
+async def _store_whose_lane_hits_a_full_disk(cfg: StoreConfig) -> AsyncIterator[SegmentStore]:
+    """A store with segment "seg" holding b"good1", whose native lane from now on writes to
+    /dev/full (ENOSPC) instead of the log file; the Python path keeps the real file."""
     full = os.open("/dev/full", os.O_WRONLY)
     try:
         async with await SegmentStore.open(cfg) as s:
             await s.create_segment("seg")
-            await asyncio.wait_for(s.append("seg", b"first"), WAIT)
+            await asyncio.wait_for(s.append("seg", b"good1"), WAIT)
             wal = s._containers[0]._wal
             real = wal.dsync_target
             wal.dsync_target = lambda n: (full, t[1]) if (t := real(n)) else None  # type: ignore[method-assign]
-            await asyncio.wait_for(
-                asyncio.gather(*(s.append("seg", b"%03d" % i) for i in range(50))), WAIT
-            )
-            assert await _read_all(s, "seg") == b"first" + b"".join(b"%03d" % i for i in range(50))
-            assert s.stats()["native_log_fallbacks"] >= 1
-            copy = crash_copy(cfg.data_dir)
+            try:
+                yield s
+            finally:
+                wal.dsync_target = real  # type: ignore[method-assign]
     finally:
         os.close(full)
+
+
+async def test_a_lane_error_falls_back_and_the_batch_is_durable(
+    tmp_path: Path, crash_copy: Callable[[Path], Path]
+) -> None:
+    """The lane gets ENOSPC: the Python thread writes the same batch to the real file;
+    every append is acknowledged and survives a crash."""
+    cfg = small_config(tmp_path / "live")
+    want = b"good1" + b"".join(b"%03d" % i for i in range(50))
+    async with _store_whose_lane_hits_a_full_disk(cfg) as s:
+        await asyncio.wait_for(
+            asyncio.gather(*(s.append("seg", b"%03d" % i) for i in range(50))), WAIT
+        )
+        assert await _read_all(s, "seg") == want
+        assert s.stats()["native_log_fallbacks"] >= 1
+        copy = crash_copy(cfg.data_dir)
     async with await SegmentStore.open(small_config(copy)) as s:
-        assert await _read_all(s, "seg") == b"first" + b"".join(b"%03d" % i for i in range(50))
+        assert await _read_all(s, "seg") == want
 
 
 async def test_lane_and_python_path_both_failing_fail_the_batch_retriably(
@@ -276,30 +289,20 @@ async def test_lane_and_python_path_both_failing_fail_the_batch_retriably(
     StorageUnavailable as it always did, nothing of it is visible or recovered, and the
     store goes on in a new log file once the disk works again."""
     cfg = small_config(tmp_path / "live")
-    full = os.open("/dev/full", os.O_WRONLY)
-    try:
-        async with await SegmentStore.open(cfg) as s:
-            await s.create_segment("seg")
-            await asyncio.wait_for(s.append("seg", b"good1"), WAIT)
-            wal = s._containers[0]._wal
-            real = wal.dsync_target
-            wal.dsync_target = lambda n: (full, t[1]) if (t := real(n)) else None  # type: ignore[method-assign]
+    async with _store_whose_lane_hits_a_full_disk(cfg) as s:
 
-            def eio(fd: int, bufs: Any, pos: int, flags: int = 0) -> int:
-                raise OSError(errno.EIO, "Input/output error")
+        def eio(fd: int, bufs: Any, pos: int, flags: int = 0) -> int:
+            raise OSError(errno.EIO, "Input/output error")
 
-            monkeypatch.setattr(wal_mod.os, "pwritev", eio)
-            with pytest.raises(StorageUnavailable) as err:
-                await asyncio.wait_for(s.append("seg", b"bad"), WAIT)
-            assert err.value.retriable
-            assert s.info("seg").length == 5
-            monkeypatch.undo()
-            wal.dsync_target = real  # type: ignore[method-assign]
-            await asyncio.wait_for(s.append("seg", b"good2"), WAIT)
-            assert await _read_all(s, "seg") == b"good1good2"
-            copy = crash_copy(cfg.data_dir)
-    finally:
-        os.close(full)
+        monkeypatch.setattr(wal_mod.os, "pwritev", eio)
+        with pytest.raises(StorageUnavailable) as err:
+            await asyncio.wait_for(s.append("seg", b"bad"), WAIT)
+        assert err.value.retriable
+        assert s.info("seg").length == 5
+        monkeypatch.undo()
+        await asyncio.wait_for(s.append("seg", b"good2"), WAIT)
+        assert await _read_all(s, "seg") == b"good1good2"
+        copy = crash_copy(cfg.data_dir)
     async with await SegmentStore.open(small_config(copy)) as s:
         assert await _read_all(s, "seg") == b"good1good2"
 
