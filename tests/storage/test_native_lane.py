@@ -35,6 +35,14 @@ pytestmark = [
     # then fails here after 60 s instead of the suite's 300 s.
     pytest.mark.timeout(60),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _lane_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the lane: on, even in a run with SEGMENTSTORE_NATIVE_LOG=0."""
+    monkeypatch.setenv("SEGMENTSTORE_NATIVE_LOG", "1")
+
+
 WAIT = 10.0  # seconds: far above any lane job here; a lost eventfd signal fails, not hangs
 
 
