@@ -16,8 +16,9 @@
 # one loop turn before a task awaiting the future would run (and before the loop polls its
 # sockets again). If ``cb`` raises, the error is logged and becomes the future's.
 #
-# The native lane (issue 19, round 8). Where the C extension ``_dsync`` was built (setup.py)
-# and ``SEGMENTSTORE_NATIVE_LOG`` is not ``0``, a second worker, a pthread that never holds
+# The native lane (issue 19, round 8; off by default: it did not win, see the README's
+# "Latency, round 8"). Where the C extension ``_dsync`` was built (setup.py) and
+# ``SEGMENTSTORE_NATIVE_LOG=1``, a second worker, a pthread that never holds
 # the GIL, shares the eventfd: ``run_dsync`` hands it one pwritev(RWF_DSYNC) of a batch, and
 # ``_drain`` takes its result. It runs only while this thread has no job (``native_ready``):
 # ``run`` while a native job is in flight holds the job back (``_deferred``) until the native
@@ -57,10 +58,10 @@ _announced: list[bool] = []
 
 
 def native_lane_available() -> bool:
-    """True when log batches may take the native lane: the extension is built, the platform
-    has eventfd and RWF_DSYNC, and ``SEGMENTSTORE_NATIVE_LOG`` is not ``0``. Logs once why not."""
-    if os.environ.get("SEGMENTSTORE_NATIVE_LOG", "1") == "0":
-        why = "SEGMENTSTORE_NATIVE_LOG=0"
+    """True when log batches may take the native lane: ``SEGMENTSTORE_NATIVE_LOG=1`` (off by
+    default), the extension built, eventfd and RWF_DSYNC there. Logs once why not."""
+    if os.environ.get("SEGMENTSTORE_NATIVE_LOG", "0") != "1":
+        why = "the native lane is off (SEGMENTSTORE_NATIVE_LOG=1 turns it on)"
     elif _dsync is None:
         why = "the C extension segmentstore.storage._dsync is not built (no C compiler?)"
     elif not hasattr(os, "eventfd") or not hasattr(os, "RWF_DSYNC"):

@@ -39,7 +39,7 @@ pytestmark = [
 
 @pytest.fixture(autouse=True)
 def _lane_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are about the lane: on, even in a run with SEGMENTSTORE_NATIVE_LOG=0."""
+    """These tests are about the lane: on (it is off by default)."""
     monkeypatch.setenv("SEGMENTSTORE_NATIVE_LOG", "1")
 
 

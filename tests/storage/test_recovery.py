@@ -348,15 +348,15 @@ async def test_attribute_removal_and_null_survive(tmp_path: Path) -> None:
         assert s.info("a").attributes == {}
 
 
-@pytest.mark.parametrize("fsync", ["always", "always/python", "interval", "never"])
+@pytest.mark.parametrize("fsync", ["always", "always/native", "interval", "never"])
 async def test_mixed_sizes_survive_in_every_fsync_mode(
     tmp_path: Path, crash_copy: Callable[[Path], Path], monkeypatch: pytest.MonkeyPatch, fsync: str
 ) -> None:
     """Big payloads take the writev path (never copied into the batch buffer); small ones
     are copied. Interleaved, both must come back byte for byte after a crash and a close.
-    "always/python": fsync always without the log's native write lane."""
-    if fsync == "always/python":
-        monkeypatch.setenv("SEGMENTSTORE_NATIVE_LOG", "0")
+    "always/native": fsync always with the log's native write lane (off by default)."""
+    if fsync == "always/native":
+        monkeypatch.setenv("SEGMENTSTORE_NATIVE_LOG", "1")
         fsync = "always"
     cfg = small_config(
         tmp_path / "live", fsync=fsync, fsync_interval_s=0.01, log_file_bytes=256 * 1024
