@@ -8,6 +8,9 @@
 # committed state is always a prefix of the log. If the write fails, that batch and
 # everything queued behind it fail with StorageUnavailable, pending state is rolled back to
 # committed and sequence numbers restart after the last durable record.
+# In fsync mode "always" a batch goes to the log thread's native lane when the log allows it
+# (``WalWriter.dsync_target``; log_thread.py): the same one batch on its way, the same
+# ``_written``, with the log's end advanced first (``_written_native``).
 from __future__ import annotations
 
 import asyncio
@@ -89,18 +92,31 @@ class CommitLoop(StorageWriter):
         if not parts:  # only duplicates waiting for earlier records, all applied by now
             self._commit(ops, self._committed_seq, *self._log_position(), 0.0)
             return
-        write = self._log_thread.run(
-            timed_write,
-            self._wal.write_batch,
-            parts,
-            first,
-            time.perf_counter(),
-            then=functools.partial(self._written, ops, last),
-        )
+        lt = self._log_thread
+        args = (self._wal.write_batch, parts, first, time.perf_counter())
+        then = functools.partial(self._written, ops, last)
+        # The native lane (log_thread.py) when the log allows it (wal.dsync_target); if it
+        # fails, the log thread runs the very same job instead.
+        nbytes = sum(map(len, parts)) if lt.native_ready else 0
+        target = self._wal.dsync_target(nbytes) if nbytes else None
+        if target is not None:
+            native_then = functools.partial(self._written_native, ops, last, nbytes)
+            fd, pos = target
+            write = lt.run_dsync(fd, pos, parts, nbytes, native_then, timed_write, *args, then=then)
+        else:
+            write = lt.run(timed_write, *args, then=then)
         self._in_log = (write, ops)
 
     def _log_position(self) -> tuple[int, int]:
         return self._wal.current_index, self._wal.bytes_written
+
+    def _written_native(
+        self, ops: list[Queued], last: int, nbytes: int, timing: tuple[float, ...]
+    ) -> None:
+        """``_written`` for a batch the native lane made durable: the log's position first."""
+        self._wal.dsync_written(nbytes)
+        self.stats["native_log_batches"] += 1
+        self._written(ops, last, timing)
 
     def _written(self, ops: list[Queued], last: int, timing: tuple[float, ...]) -> None:
         """On the loop, in the log thread's eventfd callback: the batch ``ops`` is durable.

@@ -498,6 +498,9 @@ class SegmentContainer(ContainerReads):
             "queued_bytes": float(len(self._buf) + sum(len(p) for p in self._parts)),
             "log_bytes": float(self._wal.bytes_written),
             "fsyncs": float(self._wal.fsyncs),
+            # 1 per container whose log has the native write lane (log_thread.py).
+            "native_log_lane": float(self._log_thread.native),
+            "native_log_fallbacks": float(self._log_thread.native_fallbacks),
             "log_bytes_since_checkpoint": float(
                 self._log_bytes_at_commit - self._log_bytes_at_ckpt
             ),

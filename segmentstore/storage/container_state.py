@@ -123,6 +123,7 @@ class ContainerState:
             "last_batch_records": 0,
             "last_fsync_seconds": 0.0,
             "failed_batches": 0,
+            "native_log_batches": 0,  # batches the native write lane made durable
             "flushes": 0,
             "flushed_bytes": 0,
             "checkpoints": 0,

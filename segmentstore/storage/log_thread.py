@@ -15,6 +15,16 @@
 # future completes, when the job succeeded: the commit loop applies a durable batch there,
 # one loop turn before a task awaiting the future would run (and before the loop polls its
 # sockets again). If ``cb`` raises, the error is logged and becomes the future's.
+#
+# The native lane (issue 19, round 8; off by default: it did not win, see the README's
+# "Latency, round 8"). Where the C extension ``_dsync`` was built (setup.py) and
+# ``SEGMENTSTORE_NATIVE_LOG=1``, a second worker, a pthread that never holds
+# the GIL, shares the eventfd: ``run_dsync`` hands it one pwritev(RWF_DSYNC) of a batch, and
+# ``_drain`` takes its result. It runs only while this thread has no job (``native_ready``):
+# ``run`` while a native job is in flight holds the job back (``_deferred``) until the native
+# result is taken, so jobs still touch the log file one at a time and in submission order.
+# A native job that fails or comes short runs ``fallback`` on this thread instead, with the
+# same future and ``then``: the write is simply done again, whole, at the same offset.
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +34,7 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from queue import SimpleQueue
 from typing import Any, TypeVar
 
@@ -33,14 +43,43 @@ T = TypeVar("T")
 _Then = Callable[[Any], None] | None
 _Job = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], _Then]
 _Done = tuple["asyncio.Future[Any]", BaseException | None, Any, _Then]
+Timing = tuple[float, float, float, float]  # sync_s, handoff_in_s, write_s, done_at (stages.py)
+# A native job in flight: its future, its byte count, its success callback, its fallback job.
+_Native = tuple["asyncio.Future[Timing]", int, Callable[[Timing], None], _Job]
 
 log = logging.getLogger("segmentstore.storage")
+
+_dsync: Any
+try:
+    from . import _dsync  # type: ignore[attr-defined,no-redef,unused-ignore]
+except ImportError:  # pragma: no cover - no C compiler at install time, or not Linux
+    _dsync = None
+_announced: list[bool] = []
+
+
+def native_lane_available() -> bool:
+    """True when log batches may take the native lane: ``SEGMENTSTORE_NATIVE_LOG=1`` (off by
+    default), the extension built, eventfd and RWF_DSYNC there. Logs once why not."""
+    if os.environ.get("SEGMENTSTORE_NATIVE_LOG", "0") != "1":
+        why = "the native lane is off (SEGMENTSTORE_NATIVE_LOG=1 turns it on)"
+    elif _dsync is None:
+        why = "the C extension segmentstore.storage._dsync is not built (no C compiler?)"
+    elif not hasattr(os, "eventfd") or not hasattr(os, "RWF_DSYNC"):
+        why = "no eventfd or RWF_DSYNC on this platform"
+    else:
+        return True
+    if not _announced:
+        _announced.append(True)
+        log.info("log writes use the Python log thread only: %s", why)
+    return False
 
 
 class LogThread:
     """One worker thread whose results reach the event loop as a kernel event."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, name: str, native: bool | None = None
+    ) -> None:
         self._loop = loop
         self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
         self._done: deque[_Done] = deque()
@@ -51,6 +90,17 @@ class LogThread:
             self._rfd, self._wfd = os.pipe()
             os.set_blocking(self._rfd, False)
         self._stopped = False
+        self._queued = 0  # jobs run() accepted whose result the loop has not drained yet
+        # The native lane (see the header): its job in flight, jobs held back meanwhile.
+        self._lane: Any = None
+        if native is None:
+            native = native_lane_available()
+        if native and _dsync is not None and self._wfd == self._rfd:
+            self._lane = _dsync.Lane(self._wfd)
+        self._native: _Native | None = None
+        self._deferred: list[_Job] = []
+        self.native_batches = 0
+        self.native_fallbacks = 0
         loop.add_reader(self._rfd, self._drain)
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
@@ -63,7 +113,45 @@ class LogThread:
         if self._stopped:
             raise RuntimeError("log thread is shut down")
         fut: asyncio.Future[T] = self._loop.create_future()
-        self._jobs.put((fut, fn, args, then))
+        self._queued += 1
+        if self._native is not None:
+            self._deferred.append((fut, fn, args, then))
+        else:
+            self._jobs.put((fut, fn, args, then))
+        return fut
+
+    @property
+    def native(self) -> bool:
+        """This thread has a native lane (it may be idle or refused for a batch)."""
+        return self._lane is not None
+
+    @property
+    def native_ready(self) -> bool:
+        """``run_dsync`` may be called: a lane, nothing in flight on it or on this thread."""
+        return self._lane is not None and self._native is None and self._queued == 0
+
+    def run_dsync(
+        self,
+        fd: int,
+        pos: int,
+        parts: Sequence[bytes | bytearray],
+        nbytes: int,
+        then_native: Callable[[Timing], None],
+        fallback: Callable[..., Timing],
+        *args: Any,
+        then: Callable[[Timing], None],
+    ) -> asyncio.Future[Timing]:
+        """``parts`` (``nbytes`` in all) written at ``pos`` of ``fd`` and made durable by the
+        native lane; only when ``native_ready``. On success ``then_native(timing)`` runs in
+        the drain; on any error or short write ``fallback(*args)`` runs on this thread as if
+        it had been ``run(fallback, *args, then=then)``, with the same future."""
+        if self._stopped:
+            raise RuntimeError("log thread is shut down")
+        if not self.native_ready:
+            raise RuntimeError("native lane busy or absent")
+        fut: asyncio.Future[Timing] = self._loop.create_future()
+        self._lane.submit(fd, parts, pos)
+        self._native = (fut, nbytes, then_native, (fut, fallback, args, then))
         return fut
 
     def _work(self) -> None:
@@ -84,30 +172,53 @@ class LogThread:
             with contextlib.suppress(OSError):  # fd closed at shutdown: nobody is waiting
                 os.write(wfd, signal)
 
+    def _native_done(self, native: _Native, result: tuple[int, int, int, int, int]) -> None:
+        """The lane's job ended: complete it, or hand it to this thread; then release the
+        jobs held back behind it (before ``then``, which may send the next batch)."""
+        self._native = None
+        fut, nbytes, then_native, job = native
+        written, err, submit_ns, start_ns, end_ns = result
+        ok = err == 0 and written == nbytes
+        if not ok:
+            self.native_fallbacks += 1
+            log.warning(
+                "native log lane: %s after %d of %d bytes; the Python log thread writes the batch",
+                os.strerror(err) if err else "short write",
+                written,
+                nbytes,
+            )
+            self._queued += 1
+            self._jobs.put(job)
+        for held in self._deferred:
+            self._jobs.put(held)
+        self._deferred.clear()
+        if not ok:
+            return
+        self.native_batches += 1
+        timing = ((end_ns - start_ns) / 1e9, (start_ns - submit_ns) / 1e9, 0.0, end_ns / 1e9)
+        _complete(fut, None, timing, then_native)
+
     def _drain(self) -> None:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             os.read(self._rfd, 4096)
+        native = self._native
+        if native is not None:
+            result = self._lane.take()
+            if result is not None:
+                self._native_done(native, result)
         done = self._done
         while done:
-            fut, exc, value, then = done.popleft()
-            if then is not None:
-                try:
-                    then(value)
-                except Exception as err:
-                    log.exception("log thread: completion callback failed")
-                    exc = err
-            if fut.cancelled():
-                continue
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(value)
+            self._queued -= 1
+            _complete(*done.popleft())
 
     def shutdown(self) -> None:
         """Stop the thread after its queued jobs; then stop polling and close the fd."""
         if self._stopped:
             return
         self._stopped = True
+        if self._lane is not None:
+            self._lane.close()  # waits for a job in flight; its result stays for take()
+            self._drain()  # completes it or queues its fallback, and the jobs held back
         self._jobs.put(None)
         self._thread.join()
         self._drain()
@@ -115,3 +226,19 @@ class LogThread:
         os.close(self._rfd)
         if self._wfd != self._rfd:
             os.close(self._wfd)
+
+
+def _complete(fut: asyncio.Future[Any], exc: BaseException | None, value: Any, then: _Then) -> None:
+    """On the loop: ``then(value)`` when the job succeeded, then the future."""
+    if then is not None and exc is None:
+        try:
+            then(value)
+        except Exception as err:
+            log.exception("log thread: completion callback failed")
+            exc = err
+    if fut.cancelled():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)

@@ -18,6 +18,15 @@
 #   on power loss. There a recycled file keeps its old records as dirty pages, and syncing
 #   its header would write them all out (tens of ms per roll, stalling every append). After
 #   a power loss, recovery still stops at the first missing or damaged record.
+# * The native lane (log_thread.py, _dsync.c) may write a batch instead of ``write_batch``,
+#   at the offset ``dsync_target`` gives and only where that is the same write (mode
+#   "always", RWF_DSYNC, the file open, no roll due); ``dsync_written`` then advances the
+#   file's end on the loop, while the log thread is idle. A batch the lane failed to write
+#   (or wrote short) goes to ``write_batch`` unchanged, which writes it again, whole, at the
+#   same offset: safe, because nothing in it was acknowledged, every byte the lane may have
+#   left lies at or past ``_pos`` (the end of the last durable record, so nothing durable is
+#   overwritten), and ``write_batch`` either makes the whole range durable in one
+#   pwritev(RWF_DSYNC) / write + fdatasync or abandons the file cut back to ``_pos``.
 # * Spare files: the next log files are zero-filled ahead of time (or recycled from log
 #   files a checkpoint made obsolete), so a batch overwrites allocated blocks and its
 #   fdatasync flushes data only. Recovery (recovery.py) therefore treats zeros, or an intact
@@ -293,6 +302,30 @@ class WalWriter:
         if self._pos >= self.file_bytes:
             self._roll()
         return sync_s
+
+    def dsync_target(self, nbytes: int) -> tuple[int, int] | None:
+        """(fd, offset) where a batch of ``nbytes`` may be written by the native lane
+        (log_thread.py) instead of ``write_batch``, or None when it must not: fsync mode
+        "always" with RWF_DSYNC working, a file open, no fault hook (tests inject failures
+        through ``write_batch``), and the batch ending before ``file_bytes`` (a roll stays on
+        the log thread). Called on the loop while the log thread has no job."""
+        fd = self._fd
+        if (
+            fd is None
+            or self.mode != "always"
+            or not self._dsync
+            or self.fault is not None
+            or self._pos + nbytes >= self.file_bytes
+        ):
+            return None
+        return fd, self._pos
+
+    def dsync_written(self, nbytes: int) -> None:
+        """The native lane wrote and synced ``nbytes`` at ``dsync_target``'s offset."""
+        self._pos += nbytes
+        self.bytes_written += nbytes
+        self.fsyncs += 1
+        self._unsynced = False
 
     def _roll(self) -> None:
         fd = self._fd

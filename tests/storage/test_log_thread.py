@@ -138,11 +138,14 @@ async def test_a_durable_batch_is_applied_inside_the_eventfd_callback(tmp_path: 
         await s.close()
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
 async def test_the_next_batch_goes_to_the_log_inside_the_eventfd_callback(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
 ) -> None:
-    """What queued while a batch was on its way to disk is sent to the log thread from
-    the callback that applies that batch, not a loop turn later from the writer task."""
+    """What queued while a batch was on its way to disk is sent to the log thread (or its
+    native lane) from the callback that applies that batch, not a loop turn later from the
+    writer task."""
+    monkeypatch.setenv("SEGMENTSTORE_NATIVE_LOG", native)
     s = await SegmentStore.open(small_config(tmp_path))
     try:
         await s.create_segment("a/b")
@@ -150,11 +153,15 @@ async def test_the_next_batch_goes_to_the_log_inside_the_eventfd_callback(
         loop = asyncio.get_running_loop()
         in_drain = [False]
         sent: list[bool] = []  # per log-thread job: submitted inside a drain?
-        real_run = lt.run
+        real_run, real_dsync = lt.run, lt.run_dsync
 
         def spy_run(*args: Any, **kw: Any) -> Any:
             sent.append(in_drain[0])
             return real_run(*args, **kw)
+
+        def spy_dsync(*args: Any, **kw: Any) -> Any:
+            sent.append(in_drain[0])
+            return real_dsync(*args, **kw)
 
         def spy_drain() -> None:
             in_drain[0] = True
@@ -164,6 +171,7 @@ async def test_the_next_batch_goes_to_the_log_inside_the_eventfd_callback(
                 in_drain[0] = False
 
         lt.run = spy_run  # type: ignore[method-assign]
+        lt.run_dsync = spy_dsync  # type: ignore[method-assign]
         loop.remove_reader(lt._rfd)
         loop.add_reader(lt._rfd, spy_drain)
         try:
@@ -181,6 +189,6 @@ async def test_the_next_batch_goes_to_the_log_inside_the_eventfd_callback(
         finally:
             loop.remove_reader(lt._rfd)
             loop.add_reader(lt._rfd, lt._drain)
-            del lt.run
+            del lt.run, lt.run_dsync
     finally:
         await s.close()

@@ -89,11 +89,18 @@ async def test_reopen_after_close(tmp_path: Path) -> None:
         await _check_state(s, expected)
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
 @pytest.mark.parametrize("checkpoints", [False, True])
 async def test_recover_from_log_without_close(
-    tmp_path: Path, crash_copy: Callable[[Path], Path], checkpoints: bool
+    tmp_path: Path,
+    crash_copy: Callable[[Path], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    checkpoints: bool,
+    native: str,
 ) -> None:
-    """A copy of a live directory is the disk after a crash: it must hold every ack."""
+    """A copy of a live directory is the disk after a crash: it must hold every ack (with
+    the log's native write lane and without: SEGMENTSTORE_NATIVE_LOG)."""
+    monkeypatch.setenv("SEGMENTSTORE_NATIVE_LOG", native)
     limit = 4096 if checkpoints else 1 << 40
     cfg = small_config(tmp_path / "live", checkpoint_log_bytes=limit)
     async with await SegmentStore.open(cfg) as s:
@@ -341,12 +348,16 @@ async def test_attribute_removal_and_null_survive(tmp_path: Path) -> None:
         assert s.info("a").attributes == {}
 
 
-@pytest.mark.parametrize("fsync", ["always", "interval", "never"])
+@pytest.mark.parametrize("fsync", ["always", "always/native", "interval", "never"])
 async def test_mixed_sizes_survive_in_every_fsync_mode(
-    tmp_path: Path, crash_copy: Callable[[Path], Path], fsync: str
+    tmp_path: Path, crash_copy: Callable[[Path], Path], monkeypatch: pytest.MonkeyPatch, fsync: str
 ) -> None:
     """Big payloads take the writev path (never copied into the batch buffer); small ones
-    are copied. Interleaved, both must come back byte for byte after a crash and a close."""
+    are copied. Interleaved, both must come back byte for byte after a crash and a close.
+    "always/native": fsync always with the log's native write lane (off by default)."""
+    if fsync == "always/native":
+        monkeypatch.setenv("SEGMENTSTORE_NATIVE_LOG", "1")
+        fsync = "always"
     cfg = small_config(
         tmp_path / "live", fsync=fsync, fsync_interval_s=0.01, log_file_bytes=256 * 1024
     )
