@@ -1,0 +1,335 @@
+"""A hostile client against the append fast path (session 12's attack on the merged
+``Appends.block_end`` / ``AppendAssembler.take_end_only`` / big-AppendBlockEnd decoding).
+
+Every case here was run against the server before the fast path (522c56d) and against
+main, byte for byte; they answered the same. The tests pin that answer: each refusal the
+general path made (no SetupAppend, a block open for another writer, numEvents <= 0, an
+event number going back, a malformed length) still closes the connection with nothing
+stored, and every ack (previous event number, write offset) is the one the general path
+sent, including the acks of duplicates resent after AppendSetup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import uuid
+
+from segmentstore_client.protocol import (
+    NULL_ATTRIBUTE_VALUE,
+    AppendBlock,
+    AppendBlockEnd,
+    ConditionalAppend,
+    ConditionalBlockEnd,
+    ConditionalCheckFailed,
+    DataAppended,
+    InvalidEventNumber,
+    KeepAlive,
+    SetupAppend,
+    block_end,
+    build_blocks,
+    encode,
+    frame_event,
+    frame_events,
+)
+
+from .wire import WireClient, next_id, unique
+
+NULL = NULL_ATTRIBUTE_VALUE
+
+
+def ev(i: int, size: int = 10) -> bytes:
+    return frame_event(bytes([65 + i % 26]) * size)
+
+
+def evs(first: int, stop: int) -> bytes:
+    return b"".join(ev(i) for i in range(first, stop))
+
+
+async def fresh(c: WireClient, *writers: uuid.UUID) -> str:
+    name = unique("fp")
+    await c.create_segment(name)
+    for w in writers:
+        assert await c.setup_append(w, name) == NULL
+    return name
+
+
+async def length_of(c: WireClient, name: str) -> int:
+    return (await c.info(name)).write_offset
+
+
+async def refused(c: WireClient, frames: bytes) -> None:
+    """``frames`` make the server close the connection without any reply to them."""
+    before = len(c.received)
+    c.send_raw(frames)
+    await c.wait_closed(10)
+    assert c.received[before:] == []
+
+
+def ack(w: uuid.UUID, number: int, previous: int, rid: int, offset: int) -> DataAppended:
+    return DataAppended(w, number, previous, rid, offset)
+
+
+# --- refusals: the connection closes, nothing is stored ----------------------------------
+
+
+async def test_end_without_setup_is_refused(client: WireClient, client2: WireClient) -> None:
+    name = await fresh(client)
+    await refused(client, encode(block_end(uuid.uuid4(), ev(1), 1, 1, next_id())))
+    assert await length_of(client2, name) == 0
+
+
+async def test_num_events_zero_or_negative_is_refused(module_server: object) -> None:
+    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    async with await WireClient.connect(host, port) as probe:
+        for n in (0, -1):
+            w = uuid.uuid4()
+            async with await WireClient.connect(host, port) as c:
+                name = await fresh(c, w)
+                await refused(c, encode(block_end(w, ev(1), n, 1, next_id())))
+            assert await length_of(probe, name) == 0
+
+
+async def test_end_for_another_writer_while_a_block_is_open_is_refused(
+    client: WireClient, client2: WireClient
+) -> None:
+    """take_end_only must not take an end while a block is open, whoever it is for."""
+    w1, w2 = uuid.uuid4(), uuid.uuid4()
+    name = await fresh(client, w1, w2)
+    frames = encode(AppendBlock(w1, ev(1))) + encode(block_end(w2, ev(2), 1, 1, next_id()))
+    await refused(client, frames)
+    assert await length_of(client2, name) == 0
+
+
+async def test_event_number_equal_or_below_the_last_is_rejected(module_server: object) -> None:
+    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    async with await WireClient.connect(host, port) as probe:
+        for again in (5, 3):
+            w = uuid.uuid4()
+            async with await WireClient.connect(host, port) as c:
+                name = await fresh(c, w)
+                rid1, rid2 = next_id(), next_id()
+                c.send(block_end(w, ev(1), 1, 5, rid1))
+                assert await c.wait_acked(w, 5) == ack(w, 5, NULL, rid1, 18)
+                c.send(block_end(w, ev(2), 1, again, rid2))
+                assert await c.reply_to(rid2) == InvalidEventNumber(w, rid2, "", again)
+                await c.wait_closed()
+            assert await length_of(probe, name) == 18
+
+
+async def test_malformed_lengths_answer_as_the_general_path_did(module_server: object) -> None:
+    """Each length field of an AppendBlockEnd one off, both ways, then a KeepAlive. Field
+    offsets: 4 the frame length, 24 sizeOfWholeEvents, 28 the data length. Per case: is the
+    connection closed, the acks' (event number, request id, offset), the bytes stored.
+    A frame length one short leaves 7 bytes for the optional request id (absent: -1, as
+    the reference reads it) and its last byte starts a garbage header (as the
+    first byte of the KeepAlive does when the frame length is one long); one data byte more
+    or less shifts the fixed fields (a different, wire-valid append); sizeOfWholeEvents is
+    not checked without an AppendBlock. When the garbage header comes in the same read as
+    a whole frame before it, the decoder's error drops that read's frames (before and
+    after the fast path alike): 0 or 18 bytes for the frame length one short."""
+    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    cases: list[tuple[int, int, bool, list[tuple[int, int, int]], tuple[int, ...]]] = [
+        (4, +1, True, [], (0,)),
+        (4, -1, True, [(1, -1, 18)], (0, 18)),
+        (28, +1, False, [(256, -1, 19)], (19,)),
+        (28, -1, False, [(1 << 56, 1 << 56, 17)], (17,)),
+        (24, +1, False, [(1, 3, 18)], (18,)),
+        (24, -1, False, [(1, 3, 18)], (18,)),
+    ]
+    async with await WireClient.connect(host, port) as probe:
+        for field, delta, closes, acks, stored in cases:
+            w = uuid.uuid4()
+            async with await WireClient.connect(host, port) as c:
+                name = await fresh(c, w)
+                frame = bytearray(encode(block_end(w, ev(1), 1, 1, 3)))
+                old = struct.unpack_from(">i", frame, field)[0]
+                struct.pack_into(">i", frame, field, old + delta)
+                c.send_raw(bytes(frame) + encode(KeepAlive()) * 2)
+                if closes:
+                    await c.wait_closed()
+                else:
+                    await c.wait_for(lambda x: isinstance(x, KeepAlive))
+                    await c.wait_until(lambda c=c, w=w: bool(c.acks(w)))
+                got = [
+                    (a.event_number, a.request_id, a.current_segment_write_offset)
+                    for a in c.acks(w)
+                ]
+                assert c.is_closed == closes, (field, delta)
+                # A close may overtake the ack of an append stored before it.
+                assert got == acks or (closes and not got), (field, delta, got)
+            assert await length_of(probe, name) in stored, (field, delta)
+
+
+# --- acks: byte-exact, per outcome -------------------------------------------------------
+
+
+async def test_acks_of_fast_and_conditional_appends_mixed_on_one_writer(
+    client: WireClient, client2: WireClient
+) -> None:
+    w = uuid.uuid4()
+    name = await fresh(client, w)
+    r = [next_id() for _ in range(8)]
+    steps = [
+        block_end(w, ev(1), 1, 1, r[0]),
+        ConditionalAppend(w, 2, 18, b"A" * 10, r[1]),
+        ConditionalAppend(w, 3, 0, b"B" * 10, r[2]),  # wrong offset
+        block_end(w, ev(4), 1, 3, r[3]),  # reuses 3, once the failure is known
+        block_end(w, ev(5), 1, 4, r[4]),
+        ConditionalBlockEnd(w, 5, 0, ev(6), r[5]),  # wrong offset
+        ConditionalBlockEnd(w, 6, 72, ev(7), r[6]),
+    ]
+    for cmd in steps:
+        before = len(client.received)
+        client.send(cmd)
+        await client.wait_until(lambda before=before: len(client.received) > before)
+    assert client.received[-7:] == [
+        ack(w, 1, NULL, r[0], 18),
+        ack(w, 2, 1, r[1], 36),
+        ConditionalCheckFailed(w, 3, r[2]),
+        ack(w, 3, 2, r[3], 54),
+        ack(w, 4, 3, r[4], 72),
+        ConditionalCheckFailed(w, 5, r[5]),
+        ack(w, 6, 4, r[6], 90),
+    ]
+    # A repeat of 6 on the fast path: InvalidEventNumber, then the close.
+    client.send(block_end(w, ev(8), 1, 6, r[7]))
+    assert await client.reply_to(r[7]) == InvalidEventNumber(w, r[7], "", 6)
+    await client.wait_closed()
+    assert await length_of(client2, name) == 90
+
+
+async def test_acks_of_duplicates_resent_after_setup(module_server: object) -> None:
+    """Resent after AppendSetup: acked without storing, previous = number - count (or
+    NULL); a new one after them is stored and acked against the setup value."""
+    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    w = uuid.uuid4()
+    async with await WireClient.connect(host, port) as c:
+        name = await fresh(c, w)
+        r0, r1 = next_id(), next_id()
+        c.send(block_end(w, evs(0, 3), 3, 3, r0), block_end(w, evs(3, 5), 2, 5, r1))
+        await c.wait_acked(w, 5)
+        assert c.acks(w) == [ack(w, 3, NULL, r0, 54), ack(w, 5, 3, r1, 90)]
+    async with await WireClient.connect(host, port) as c:
+        assert await c.setup_append(w, name) == 5
+        r = [next_id() for _ in range(4)]
+        c.send(
+            block_end(w, evs(0, 3), 3, 3, r[0]),
+            block_end(w, evs(3, 5), 2, 5, r[1]),
+            block_end(w, evs(5, 6), 1, 6, r[2]),
+            block_end(w, evs(6, 8), 2, 8, r[3]),
+        )
+        await c.wait_until(lambda: len(c.acks(w)) == 4)
+        assert c.acks(w) == [
+            ack(w, 3, 0, r[0], 90),
+            ack(w, 5, 3, r[1], 90),
+            ack(w, 6, 5, r[2], 108),
+            ack(w, 8, 6, r[3], 144),
+        ]
+        assert await length_of(c, name) == 144
+
+
+async def test_setup_again_between_fast_appends(client: WireClient) -> None:
+    """SetupAppend for the same writer mid-stream (before the first ack): the resend of 1
+    is acked like the original, 2 goes on."""
+    w = uuid.uuid4()
+    name = await fresh(client, w)
+    r0, rs, r1, r2 = next_id(), next_id(), next_id(), next_id()
+    client.send(
+        block_end(w, ev(1), 1, 1, r0),
+        SetupAppend(rs, w, name, ""),
+        block_end(w, ev(1), 1, 1, r1),
+        block_end(w, ev(2), 1, 2, r2),
+    )
+    await client.wait_until(lambda: len(client.acks(w)) == 3)
+    assert client.acks(w) == [
+        ack(w, 1, NULL, r0, 18),
+        ack(w, 1, NULL, r1, 18),
+        ack(w, 2, 1, r2, 36),
+    ]
+    assert await length_of(client, name) == 36
+
+
+async def test_interleaved_writers_and_repeated_request_ids(client: WireClient) -> None:
+    w1, w2 = uuid.uuid4(), uuid.uuid4()
+    name = await fresh(client, w1, w2)
+    client.send(
+        block_end(w1, ev(1), 1, 1, 5),
+        block_end(w2, ev(2), 1, 1, 5),
+        block_end(w1, ev(3), 1, 2, 5),
+        block_end(w2, evs(4, 6), 2, 3, 5),
+    )
+    await client.wait_until(lambda: len(client.acks()) == 4)
+    assert client.acks(w1) == [ack(w1, 1, NULL, 5, 18), ack(w1, 2, 1, 5, 54)]
+    assert client.acks(w2) == [ack(w2, 1, NULL, 5, 36), ack(w2, 3, 1, 5, 90)]
+    assert await length_of(client, name) == 90
+
+
+# --- big frames: the codec's own-data decoding --------------------------------------------
+
+
+async def test_big_end_trickled_and_off_by_one_in_the_big_decoder(module_server: object) -> None:
+    """A 70 kB AppendBlockEnd (over the decoder's big-frame threshold) fed 1 byte at a
+    time for its first 200 bytes, then in 997-byte pieces: stored whole and acked. The
+    same frame with its data length one off either way goes through the big decoder as
+    a different, wire-valid append (the fixed fields shift; the general decoder read it
+    the same way)."""
+    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    data = frame_event(b"x" * 70_000)
+    for field, delta, stored in [(0, 0, 70_008), (28, -1, 70_007), (28, +1, 70_009)]:
+        w = uuid.uuid4()
+        async with await WireClient.connect(host, port) as c:
+            name = await fresh(c, w)
+            frame = bytearray(encode(AppendBlockEnd(w, len(data), data, 1, 1, 77)))
+            if delta:
+                struct.pack_into(
+                    ">i", frame, field, struct.unpack_from(">i", frame, field)[0] + delta
+                )
+            for i in range(200):
+                c.send_raw(bytes(frame[i : i + 1]))
+                await c.drain()
+            for i in range(200, len(frame), 997):
+                c.send_raw(bytes(frame[i : i + 997]))
+            got = await c.wait_acked(w, 1 if not delta else 0)
+            assert got.current_segment_write_offset == stored
+            assert await length_of(c, name) == stored
+            if not delta:
+                assert got == ack(w, 1, NULL, 77, stored)
+                assert await c.read_all(name) == data
+
+
+async def test_big_end_joined_with_its_block(client: WireClient) -> None:
+    """A 200 kB event split the Java client's way: an AppendBlock ending in a PartialEvent,
+    the rest (80 kB, over the big-frame threshold) in the AppendBlockEnd, all sent in
+    997-byte pieces so the end goes through the big decoder. The event is stored whole,
+    once, and acked; then a fast-path append goes on after it."""
+    w = uuid.uuid4()
+    name = await fresh(client, w)
+    record = frame_event(b"y" * 200_000)
+    pairs = build_blocks(w, [record], 1, 501, 120_000)
+    assert [type(p) for p in pairs] == [AppendBlock, AppendBlockEnd]
+    end = pairs[-1]
+    assert isinstance(end, AppendBlockEnd) and len(end.data) > 64 * 1024
+    wire = b"".join(encode(p) for p in pairs)
+    for i in range(0, len(wire), 997):
+        client.send_raw(wire[i : i + 997])
+        await client.drain()
+    client.send(block_end(w, ev(2), 1, 2, 502))
+    await client.wait_acked(w, 2)
+    assert client.acks(w) == [
+        ack(w, 1, NULL, 501, len(record)),
+        ack(w, 2, 1, 502, len(record) + 18),
+    ]
+    assert await client.read_all(name) == record + ev(2)
+
+
+async def test_an_open_block_at_close_stores_nothing(
+    client: WireClient, client2: WireClient
+) -> None:
+    w = uuid.uuid4()
+    name = await fresh(client, w)
+    client.send(AppendBlock(w, frame_events([b"a" * 10, b"b" * 10])))
+    await client.drain()
+    await client.close()
+    await asyncio.sleep(0.1)
+    assert await length_of(client2, name) == 0
