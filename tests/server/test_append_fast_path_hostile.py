@@ -14,17 +14,21 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
+from pathlib import Path
 
 from segmentstore_client.protocol import (
     NULL_ATTRIBUTE_VALUE,
     AppendBlock,
     AppendBlockEnd,
+    AppendSetup,
     ConditionalAppend,
     ConditionalBlockEnd,
     ConditionalCheckFailed,
+    CreateSegment,
     DataAppended,
     InvalidEventNumber,
     KeepAlive,
+    SegmentCreated,
     SetupAppend,
     block_end,
     build_blocks,
@@ -33,7 +37,10 @@ from segmentstore_client.protocol import (
     frame_events,
 )
 
+from .harness import harness
 from .wire import WireClient, next_id, unique
+
+KiB = 1024
 
 NULL = NULL_ATTRIBUTE_VALUE
 
@@ -333,3 +340,48 @@ async def test_an_open_block_at_close_stores_nothing(
     await client.close()
     await asyncio.sleep(0.1)
     assert await length_of(client2, name) == 0
+
+
+# --- memory: a flood of fast-path appends from a peer that never reads its acks ------------
+
+
+async def test_unread_acks_pause_the_fast_path_and_none_is_lost(tmp_path: Path) -> None:
+    """3000 small appends, 100 per read, from a peer that does not read: the acks fill the
+    64 KiB write buffer, the connection stops taking appends and stops reading (the rest
+    waits in the peer's socket), the output stays within a read's acks of the high-water
+    mark. Once the
+    peer reads, every append is acked once, in order, with the exact offsets. Guards the
+    two stops of Connection (process's output check, update_reading's _paused_writes):
+    with both broken the server reads on."""
+    batch, batches, size = 100, 30, 32
+    async with harness(tmp_path, connection_write_buffer_bytes=64 * KiB) as h:
+        peer = h.connect()
+        peer.send(CreateSegment(1, "s", 0, 0, ""))
+        await peer.until(lambda: any(isinstance(c, SegmentCreated) for c in peer.received))
+        w = uuid.uuid4()
+        peer.send(SetupAppend(2, w, "s", ""))
+        await peer.until(lambda: any(isinstance(c, AppendSetup) for c in peer.received))
+        record = frame_event(b"e" * (size - 8))
+        t = peer.transport
+        peak = 0
+        for b in range(batches):
+            first = b * batch + 1
+            frames = (encode(block_end(w, record, 1, n, n)) for n in range(first, first + batch))
+            peer.send_raw(b"".join(frames))
+            # Until the server has acked all it took, or has stopped reading.
+            sent_acks = 56 * (first + batch - 1)
+            await peer.until(
+                lambda s=sent_acks: not t.reading or len(t.outbox) >= s, "acks", read=False
+            )
+            peak = max(peak, len(t.outbox))
+        assert t.writing_paused and not t.reading and t.inbox, "the server kept reading"
+        assert peak <= 64 * KiB + 2 * batch * 56, peak
+        total = batch * batches
+        await peer.until(
+            lambda: len([c for c in peer.received if isinstance(c, DataAppended)]) == total
+        )
+        got = [c for c in peer.received if isinstance(c, DataAppended)]
+        assert got == [
+            ack(w, n, n - 1 if n > 1 else NULL, n, n * size) for n in range(1, total + 1)
+        ]
+        assert h.server.ctx.store.info("s").length == total * size
