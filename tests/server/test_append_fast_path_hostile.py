@@ -26,15 +26,25 @@ from segmentstore_client.protocol import (
     ConditionalCheckFailed,
     CreateSegment,
     DataAppended,
+    DeleteSegment,
     InvalidEventNumber,
     KeepAlive,
+    NoSuchSegment,
+    SealSegment,
     SegmentCreated,
+    SegmentDeleted,
+    SegmentIsSealed,
+    SegmentTruncated,
     SetupAppend,
+    TruncateSegment,
     block_end,
     build_blocks,
     encode,
     frame_event,
     frame_events,
+)
+from segmentstore_client.protocol import (
+    SegmentSealed as SegmentSealedReply,
 )
 
 from .harness import harness
@@ -385,3 +395,58 @@ async def test_unread_acks_pause_the_fast_path_and_none_is_lost(tmp_path: Path) 
             ack(w, n, n - 1 if n > 1 else NULL, n, n * size) for n in range(1, total + 1)
         ]
         assert h.server.ctx.store.info("s").length == total * size
+
+
+async def test_end_exactly_at_the_frame_limit_and_one_byte_over(module_server: object) -> None:
+    """The client's frame limit (16 MiB - 1 less a header: 16777207 body bytes) through the
+    big decoder: a frame of exactly that size is stored and acked; one byte more closes
+    the connection before any of it is taken."""
+    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    body = 0x00FFFFFF - 8
+    for extra in (0, 1):
+        w = uuid.uuid4()
+        async with await WireClient.connect(host, port) as c:
+            name = await fresh(c, w)
+            data = frame_event(b"z" * (body - 44 - 8 + extra))
+            frame = encode(AppendBlockEnd(w, len(data), data, 1, 1, 9))
+            assert len(frame) == 8 + body + extra
+            c.send_raw(frame)
+            if extra:
+                await c.wait_closed()
+                assert not c.acks(w)
+            else:
+                assert await c.wait_acked(w, 1) == ack(w, 1, NULL, 9, len(data))
+        async with await WireClient.connect(host, port) as probe:
+            assert await length_of(probe, name) == (0 if extra else len(data))
+
+
+async def test_fast_path_after_seal_delete_and_truncate(module_server: object) -> None:
+    """The writer's session on a sealed or deleted segment fails on its first append
+    (SegmentIsSealed / NoSuchSegment), the writer is forgotten, and its next append
+    closes the connection; a truncation does not touch the session."""
+    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    for how in ("seal", "delete", "truncate"):
+        w = uuid.uuid4()
+        async with await WireClient.connect(host, port) as c:
+            name = await fresh(c, w)
+            c.send(block_end(w, ev(1), 1, 1, 11))
+            assert await c.wait_acked(w, 1) == ack(w, 1, NULL, 11, 18)
+            if how == "seal":
+                await c.expect(SealSegment(next_id(), name, ""), SegmentSealedReply)
+                want: object = SegmentIsSealed(12, name, "", 2)
+            elif how == "delete":
+                await c.expect(DeleteSegment(next_id(), name, ""), SegmentDeleted)
+                want = NoSuchSegment(12, name, "", -1)
+            else:
+                await c.expect(TruncateSegment(next_id(), name, 18, ""), SegmentTruncated)
+                want = ack(w, 2, 1, 12, 36)
+            c.send(block_end(w, ev(2), 1, 2, 12))
+            got = await c.wait_for(lambda x: getattr(x, "request_id", None) == 12)
+            assert got == want, how
+            c.send(block_end(w, ev(3), 1, 3, 13))
+            if how == "truncate":
+                assert await c.wait_acked(w, 3) == ack(w, 3, 2, 13, 54)
+                assert (await c.info(name)).start_offset == 18
+            else:
+                await c.wait_closed()
+                assert not c.by_id(13) and len(c.acks(w)) == 1
