@@ -15,6 +15,7 @@ import asyncio
 import struct
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from segmentstore_client.protocol import (
     NULL_ATTRIBUTE_VALUE,
@@ -49,6 +50,9 @@ from segmentstore_client.protocol import (
 
 from .harness import harness
 from .wire import WireClient, next_id, unique
+
+if TYPE_CHECKING:
+    from conftest import ServerProcess  # tests/conftest.py
 
 KiB = 1024
 
@@ -96,8 +100,8 @@ async def test_end_without_setup_is_refused(client: WireClient, client2: WireCli
     assert await length_of(client2, name) == 0
 
 
-async def test_num_events_zero_or_negative_is_refused(module_server: object) -> None:
-    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+async def test_num_events_zero_or_negative_is_refused(module_server: ServerProcess) -> None:
+    host, port = module_server.host, module_server.port
     async with await WireClient.connect(host, port) as probe:
         for n in (0, -1):
             w = uuid.uuid4()
@@ -118,8 +122,10 @@ async def test_end_for_another_writer_while_a_block_is_open_is_refused(
     assert await length_of(client2, name) == 0
 
 
-async def test_event_number_equal_or_below_the_last_is_rejected(module_server: object) -> None:
-    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+async def test_event_number_equal_or_below_the_last_is_rejected(
+    module_server: ServerProcess,
+) -> None:
+    host, port = module_server.host, module_server.port
     async with await WireClient.connect(host, port) as probe:
         for again in (5, 3):
             w = uuid.uuid4()
@@ -134,7 +140,9 @@ async def test_event_number_equal_or_below_the_last_is_rejected(module_server: o
             assert await length_of(probe, name) == 18
 
 
-async def test_malformed_lengths_answer_as_the_general_path_did(module_server: object) -> None:
+async def test_malformed_lengths_answer_as_the_general_path_did(
+    module_server: ServerProcess,
+) -> None:
     """Each length field of an AppendBlockEnd one off, both ways, then a KeepAlive. Field
     offsets: 4 the frame length, 24 sizeOfWholeEvents, 28 the data length. Per case: is the
     connection closed, the acks' (event number, request id, offset), the bytes stored.
@@ -145,7 +153,7 @@ async def test_malformed_lengths_answer_as_the_general_path_did(module_server: o
     not checked without an AppendBlock. When the garbage header comes in the same read as
     a whole frame before it, the decoder's error drops that read's frames (before and
     after the fast path alike): 0 or 18 bytes for the frame length one short."""
-    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    host, port = module_server.host, module_server.port
     cases: list[tuple[int, int, bool, list[tuple[int, int, int]], tuple[int, ...]]] = [
         (4, +1, True, [], (0,)),
         (4, -1, True, [(1, -1, 18)], (0, 18)),
@@ -216,10 +224,10 @@ async def test_acks_of_fast_and_conditional_appends_mixed_on_one_writer(
     assert await length_of(client2, name) == 90
 
 
-async def test_acks_of_duplicates_resent_after_setup(module_server: object) -> None:
+async def test_acks_of_duplicates_resent_after_setup(module_server: ServerProcess) -> None:
     """Resent after AppendSetup: acked without storing, previous = number - count (or
     NULL); a new one after them is stored and acked against the setup value."""
-    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    host, port = module_server.host, module_server.port
     w = uuid.uuid4()
     async with await WireClient.connect(host, port) as c:
         name = await fresh(c, w)
@@ -285,13 +293,15 @@ async def test_interleaved_writers_and_repeated_request_ids(client: WireClient) 
 # --- big frames: the codec's own-data decoding --------------------------------------------
 
 
-async def test_big_end_trickled_and_off_by_one_in_the_big_decoder(module_server: object) -> None:
+async def test_big_end_trickled_and_off_by_one_in_the_big_decoder(
+    module_server: ServerProcess,
+) -> None:
     """A 70 kB AppendBlockEnd (over the decoder's big-frame threshold) fed 1 byte at a
     time for its first 200 bytes, then in 997-byte pieces: stored whole and acked. The
     same frame with its data length one off either way goes through the big decoder as
     a different, wire-valid append (the fixed fields shift; the general decoder read it
     the same way)."""
-    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    host, port = module_server.host, module_server.port
     data = frame_event(b"x" * 70_000)
     for field, delta, stored in [(0, 0, 70_008), (28, -1, 70_007), (28, +1, 70_009)]:
         w = uuid.uuid4()
@@ -397,11 +407,13 @@ async def test_unread_acks_pause_the_fast_path_and_none_is_lost(tmp_path: Path) 
         assert h.server.ctx.store.info("s").length == total * size
 
 
-async def test_end_exactly_at_the_frame_limit_and_one_byte_over(module_server: object) -> None:
+async def test_end_exactly_at_the_frame_limit_and_one_byte_over(
+    module_server: ServerProcess,
+) -> None:
     """The client's frame limit (16 MiB - 1 less a header: 16777207 body bytes) through the
     big decoder: a frame of exactly that size is stored and acked; one byte more closes
     the connection before any of it is taken."""
-    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    host, port = module_server.host, module_server.port
     body = 0x00FFFFFF - 8
     for extra in (0, 1):
         w = uuid.uuid4()
@@ -420,11 +432,11 @@ async def test_end_exactly_at_the_frame_limit_and_one_byte_over(module_server: o
             assert await length_of(probe, name) == (0 if extra else len(data))
 
 
-async def test_fast_path_after_seal_delete_and_truncate(module_server: object) -> None:
+async def test_fast_path_after_seal_delete_and_truncate(module_server: ServerProcess) -> None:
     """The writer's session on a sealed or deleted segment fails on its first append
     (SegmentIsSealed / NoSuchSegment), the writer is forgotten, and its next append
     closes the connection; a truncation does not touch the session."""
-    host, port = module_server.host, module_server.port  # type: ignore[attr-defined]
+    host, port = module_server.host, module_server.port
     for how in ("seal", "delete", "truncate"):
         w = uuid.uuid4()
         async with await WireClient.connect(host, port) as c:
