@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from segmentstore_client.errors import MalformedCommand
 from segmentstore_client.protocol import (
     NULL_ATTRIBUTE_VALUE,
     AppendBlock,
@@ -28,6 +29,7 @@ from segmentstore_client.protocol import (
     CreateSegment,
     DataAppended,
     DeleteSegment,
+    FrameDecoder,
     InvalidEventNumber,
     KeepAlive,
     NoSuchSegment,
@@ -462,3 +464,50 @@ async def test_fast_path_after_seal_delete_and_truncate(module_server: ServerPro
             else:
                 await c.wait_closed()
                 assert not c.by_id(13) and len(c.acks(w)) == 1
+
+
+def _tail(c: AppendBlockEnd) -> tuple[int, int, int]:
+    return c.num_events, c.last_event_number, c.request_id
+
+
+def _decode(frame: bytes, piece: int) -> list[tuple[object, ...]] | str:
+    """The frame fed in ``piece``-byte reads (0: one read): the commands' fields with the
+    data as bytes, or the error's type."""
+    decoder = FrameDecoder(max_payload=0x00FFFFFF - 8)
+    out = []
+    try:
+        if piece:
+            for i in range(0, len(frame), piece):
+                out += decoder.feed(frame[i : i + piece])
+        else:
+            out = decoder.feed(frame)
+    except MalformedCommand:
+        return "MalformedCommand"
+    return [
+        (c.writer_id, c.size_of_whole_events, bytes(c.data), *_tail(c), type(c.data))
+        for c in out
+        if isinstance(c, AppendBlockEnd)
+    ]
+
+
+def test_big_decoder_agrees_with_the_general_one_on_bad_data_lengths() -> None:
+    """The big-AppendBlockEnd decoding (a frame over 64 KiB that arrives in pieces) gives
+    the same command, or the same error, as one read of the frame, whatever its data
+    length field says: negative, zero, one off, up to and past the frame's end. Its data
+    is a ``bytes`` of its own (the store keeps it as it is)."""
+    data = frame_event(b"x" * 70_000)
+    frame = encode(AppendBlockEnd(uuid.UUID(int=7), len(data), data, 1, 1, 77))
+    body = len(frame) - 8
+    lengths = [-1, 0, 1, len(data) - 1, len(data), len(data) + 1, body - 40, body - 39]
+    lengths += [body - 32, body - 25, body - 24, body - 23, 2**31 - 1]
+    for n in lengths:
+        mutated = bytearray(frame)
+        struct.pack_into(">i", mutated, 28, n)
+        whole = _decode(bytes(mutated), 0)
+        for piece in (997, 40_000):
+            trickled = _decode(bytes(mutated), piece)
+            if isinstance(whole, list) and isinstance(trickled, list):
+                assert [c[:6] for c in trickled] == [c[:6] for c in whole], (n, piece)
+                assert all(c[6] is bytes for c in trickled), (n, piece)
+            else:
+                assert trickled == whole, (n, piece)
