@@ -137,13 +137,22 @@ class Appends:
         self.inflight_bytes = 0
         self.inflight_limit = conn.server.config.connection_inflight_bytes
         self.budget = conn.server.inflight_budget
+        self.max_writers = conn.server.config.max_writers_per_connection
         self.paused = False  # reading paused until enough appends are durable
         self.context = contextvars.copy_context()
 
     def setup(self, command: SetupAppend) -> None:
         conn = self.conn
         writer, segment = command.writer_id, command.segment
-        conn.assembler.setup(writer, segment)
+        assembler = conn.assembler
+        if assembler.writer_count() >= self.max_writers and not assembler.knows(writer):
+            # Every writer id costs memory for the connection's life (its session and the
+            # assembler's entry, set up even when the setup is refused): a client opening
+            # new ones without end is refused, and the connection stays up.
+            reason = f"too many append sessions on this connection (max {self.max_writers})"
+            conn.reply(ErrorMessage(command.request_id, segment, reason, UNSPECIFIED))
+            return
+        assembler.setup(writer, segment)
         old = self.writers.pop(writer, None)
         previous = old.session if old is not None else Session.NEW
         try:

@@ -58,6 +58,7 @@ class Store:
 
 class Config:
     connection_inflight_bytes = 1 << 20
+    max_writers_per_connection = 4096
 
 
 class Server:

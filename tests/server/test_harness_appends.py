@@ -7,13 +7,16 @@ import uuid
 from pathlib import Path
 
 from segmentstore_client.protocol import (
+    AppendSetup,
+    ErrorMessage,
     InvalidEventNumber,
+    SetupAppend,
     build_blocks,
     encode,
     frame_event,
 )
 
-from .harness import harness
+from .harness import Peer, harness
 from .test_harness import acks, append, create, setup
 
 
@@ -53,3 +56,39 @@ async def test_resends_below_the_setup_number_are_acknowledged(tmp_path: Path) -
         assert not any(isinstance(c, InvalidEventNumber) for c in second.received)
         assert not second.closed
         assert h.server.ctx.store.info("s").length == length + length // 3
+
+
+async def test_append_sessions_per_connection_are_capped(tmp_path: Path) -> None:
+    """Guards the ``max_writers_per_connection`` check in Appends.setup: every writer id a
+    connection sets up costs memory for the connection's life (1.5 KB measured), so a client
+    opening new ones without end is refused with an ErrorMessage; the connection stays up,
+    the writers it has keep working, and another connection has its own count."""
+    async with harness(tmp_path, max_writers_per_connection=3) as h:
+        peer = h.connect()
+        await create(peer, "s")
+        writers = [uuid.uuid4() for _ in range(3)]
+        for w in writers:
+            peer.send(SetupAppend(7, w, "s", ""))
+        await peer.until(lambda: len(setups(peer)) == 3, "3 setups")
+        extra = uuid.uuid4()
+        peer.send(SetupAppend(8, extra, "s", ""), SetupAppend(9, writers[0], "s", ""))
+        await peer.until(lambda: len(setups(peer)) == 4, "the known writer set up again")
+        errors = [c for c in peer.received if isinstance(c, ErrorMessage)]
+        assert [(e.request_id, e.segment) for e in errors] == [(8, "s")]
+        assert "too many append sessions on this connection (max 3)" in errors[0].message
+        assert extra not in {c.writer_id for c in setups(peer)}
+        assert not peer.closed
+        # The refused writer's data is refused as data without a session (connection closed
+        # by the general path), never stored; the known writers still append first.
+        peer.send_raw(append(writers[1], 1, 100))
+        await peer.until(lambda: len(acks(peer)) == 1, "an ack for a writer within the cap")
+        other = h.connect()
+        await setup(other, "s", uuid.uuid4())  # a connection's own count
+        before = h.server.ctx.store.info("s").length
+        peer.send_raw(append(extra, 1, 100))
+        await peer.until(lambda: peer.closed, "the refused writer's data closes the connection")
+        assert h.server.ctx.store.info("s").length == before
+
+
+def setups(peer: Peer) -> list[AppendSetup]:
+    return [c for c in peer.received if isinstance(c, AppendSetup)]

@@ -77,6 +77,14 @@ class AppendAssembler:
             raise RemoteProtocolError("SetupAppend between AppendBlock and its AppendBlockEnd")
         self._writers[writer_id] = _Writer(segment)
 
+    def knows(self, writer_id: uuid.UUID) -> bool:
+        """True when ``writer_id`` was set up on this connection (and not forgotten)."""
+        return writer_id in self._writers
+
+    def writer_count(self) -> int:
+        """Writer ids set up on this connection and not forgotten."""
+        return len(self._writers)
+
     def forget(self, writer_id: uuid.UUID) -> None:
         """Drop a writer (after a failed append): its data is refused until set up again."""
         self._writers.pop(writer_id, None)
