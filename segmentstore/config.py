@@ -49,6 +49,7 @@ class ServerConfig:
     store_inflight_bytes: int = 256 * 1024 * 1024  # appends not yet durable, all connections
     max_pending_requests: int = 256  # requests being served at once, per connection
     max_writers_per_connection: int = 4096  # append sessions (writer ids) per connection
+    store_writers: int = 65536  # append sessions (writer ids), all connections
     disk_read_concurrency: int = 32  # reads from chunk files at once, all connections
     hello_timeout_s: float = 10.0  # a connection must send Hello within this
     frame_timeout_s: float = 30.0  # a frame must complete within this of its first byte
@@ -107,6 +108,7 @@ class ServerConfig:
             "store_inflight_bytes",
             "max_pending_requests",
             "max_writers_per_connection",
+            "store_writers",
             "disk_read_concurrency",
         ):
             if getattr(self, name) < 1:

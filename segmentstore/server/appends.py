@@ -138,21 +138,18 @@ class Appends:
         self.inflight_limit = conn.server.config.connection_inflight_bytes
         self.budget = conn.server.inflight_budget
         self.max_writers = conn.server.config.max_writers_per_connection
+        self.store_writers = conn.server.config.store_writers
         self.paused = False  # reading paused until enough appends are durable
         self.context = contextvars.copy_context()
 
     def setup(self, command: SetupAppend) -> None:
         conn = self.conn
         writer, segment = command.writer_id, command.segment
-        assembler = conn.assembler
-        if assembler.writer_count() >= self.max_writers and not assembler.knows(writer):
-            # Every writer id costs memory for the connection's life (its session and the
-            # assembler's entry, set up even when the setup is refused): a client opening
-            # new ones without end is refused, and the connection stays up.
-            reason = f"too many append sessions on this connection (max {self.max_writers})"
+        reason = self._too_many_writers(writer)
+        if reason is not None:
             conn.reply(ErrorMessage(command.request_id, segment, reason, UNSPECIFIED))
             return
-        assembler.setup(writer, segment)
+        conn.assembler.setup(writer, segment)
         old = self.writers.pop(writer, None)
         previous = old.session if old is not None else Session.NEW
         try:
@@ -171,6 +168,26 @@ class Appends:
         appender = self.store.appender(segment)
         self.writers[writer] = WriterState(segment, writer, last, self._drain, appender)
         conn.send(encode(AppendSetup(command.request_id, segment, writer, last)))
+
+    def _too_many_writers(self, writer: uuid.UUID) -> str | None:
+        """Why a SetupAppend for ``writer`` is refused, or None. Every writer id costs memory
+        for the connection's life (its session and the assembler's entry, made even when
+        the setup is refused), so new ones are refused past the connection's cap and past
+        the store-wide one; a writer set up before is never refused, and the connection
+        stays up. The store-wide count is summed over the connections only when this one
+        holds more than 64 writers, so ordinary setups pay nothing for it."""
+        assembler = self.conn.assembler
+        count = assembler.writer_count()
+        if assembler.knows(writer):
+            return None
+        if count >= self.max_writers:
+            return f"too many append sessions on this connection (max {self.max_writers})"
+        if count < 64:
+            return None
+        connections = self.conn.server.connections
+        if sum(c.assembler.writer_count() for c in connections) >= self.store_writers:
+            return f"too many append sessions on this server (max {self.store_writers})"
+        return None
 
     def block_end(self, end: AppendBlockEnd) -> None:
         """An AppendBlockEnd. The common case skips what cannot apply to it: with no block

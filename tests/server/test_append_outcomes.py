@@ -59,6 +59,7 @@ class Store:
 class Config:
     connection_inflight_bytes = 1 << 20
     max_writers_per_connection = 4096
+    store_writers = 65536
 
 
 class Server:

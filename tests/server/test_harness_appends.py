@@ -92,3 +92,30 @@ async def test_append_sessions_per_connection_are_capped(tmp_path: Path) -> None
 
 def setups(peer: Peer) -> list[AppendSetup]:
     return [c for c in peer.received if isinstance(c, AppendSetup)]
+
+
+async def test_append_sessions_are_capped_store_wide(tmp_path: Path) -> None:
+    """Guards the ``store_writers`` check in Appends._too_many_writers: the writer ids of
+    all connections together are bounded too; the sum is taken once a connection holds 64,
+    a writer set up before is never refused, and a refusal leaves the connection up."""
+    async with harness(tmp_path, store_writers=100) as h:
+        a, b = h.connect(), h.connect()
+        await create(a, "s")
+
+        async def open_writers(peer: Peer, n: int) -> list[uuid.UUID]:
+            ws = [uuid.uuid4() for _ in range(n)]
+            had = len(setups(peer))
+            peer.send(*(SetupAppend(7, w, "s", "") for w in ws))
+            await peer.until(lambda: len(setups(peer)) == had + n, f"{n} setups")
+            return ws
+
+        first = await open_writers(a, 64)
+        await open_writers(b, 30)
+        await open_writers(a, 1)  # 95 in all: a sums and is still under the cap
+        await open_writers(b, 5)  # 100; b holds fewer than 64 and does not sum
+        a.send(SetupAppend(8, uuid.uuid4(), "s", ""), SetupAppend(9, first[0], "s", ""))
+        await a.until(lambda: len(setups(a)) == 66, "the known writer set up again")
+        errors = [c for c in a.received if isinstance(c, ErrorMessage)]
+        assert [e.request_id for e in errors] == [8]
+        assert "too many append sessions on this server (max 100)" in errors[0].message
+        assert not a.closed and not b.closed
