@@ -129,6 +129,7 @@ class _Collector:
         yield GaugeMetricFamily(
             p + "log_size_bytes", "Bytes in the write-ahead log", value=stats.get("log_bytes", 0)
         )
+        yield from _native_lane_families(p, stats)
         if m.controller_stats is not None:
             from ..controller.metrics import controller_families
 
@@ -159,3 +160,25 @@ class MetricsPage:
         from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), str(CONTENT_TYPE_LATEST)
+
+
+def _native_lane_families(p: str, stats: dict[str, float]) -> Iterator[Any]:
+    """The native log write lane (``SEGMENTSTORE_NATIVE_LOG=1``): how many containers have
+    one, and how many batches it made durable or handed back to the Python path."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    yield GaugeMetricFamily(
+        p + "native_log_lanes",
+        "Containers whose log thread has the native write lane",
+        value=stats.get("native_log_lane", 0),
+    )
+    yield CounterMetricFamily(
+        p + "native_log_batches",
+        "Log batches made durable by the native write lane",
+        value=stats.get("native_log_batches", 0),
+    )
+    yield CounterMetricFamily(
+        p + "native_log_fallbacks",
+        "Log batches the native lane handed back to the Python write path",
+        value=stats.get("native_log_fallbacks", 0),
+    )

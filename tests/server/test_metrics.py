@@ -7,8 +7,9 @@ import asyncio
 import re
 import urllib.request
 import uuid
-from typing import TYPE_CHECKING
+from pathlib import Path
 
+import pytest
 from segmentstore_client.protocol import (
     GetStreamSegmentInfo,
     NoSuchSegment,
@@ -16,10 +17,9 @@ from segmentstore_client.protocol import (
     frame_events,
 )
 
-from .wire import WireClient, next_id, unique
+from segmentstore.server.launcher import ServerProcess
 
-if TYPE_CHECKING:
-    from conftest import ServerProcess  # tests/conftest.py
+from .wire import WireClient, next_id, unique
 
 LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
 
@@ -120,3 +120,36 @@ async def test_gc_pauses_and_the_frozen_startup(module_server: ServerProcess) ->
     assert m['segmentstore_gc_pause_seconds_count{generation="2"}'] >= 1
     for gen in "012":
         assert f'segmentstore_gc_pause_seconds_bucket{{generation="{gen}",le="+Inf"}}' in m
+
+
+async def test_native_lane_series(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/metrics shows the native log lane: lanes, batches it made durable, fallbacks; with
+    the lane off (the default) no batch is counted, with it on the appends' batches are."""
+    from segmentstore.storage.log_thread import native_lane_available
+
+    monkeypatch.setenv("SEGMENTSTORE_NATIVE_LOG", "1")
+    built = native_lane_available()  # the extension is built and the platform has it
+    for native in ("0", "1"):
+        proc = ServerProcess(tmp_path / native, env={"SEGMENTSTORE_NATIVE_LOG": native})
+        proc.start()
+        try:
+            async with await WireClient.connect(proc.host, proc.port) as c:
+                name = unique()
+                await c.create_segment(name)
+                w = uuid.uuid4()
+                await c.setup_append(w, name)
+                for b in range(20):  # one at a time: each its own batch
+                    c.send(block_end(w, frame_events([b"n" * 100]), 1, b + 1, next_id()))
+                    await c.wait_acked(w, b + 1)
+            m = await scrape(proc.http_port)
+        finally:
+            proc.stop()
+        lanes = m["segmentstore_native_log_lanes"]
+        batches = m["segmentstore_native_log_batches_total"]
+        assert m["segmentstore_native_log_fallbacks_total"] == 0
+        if native == "1" and built:
+            assert lanes >= 1
+            assert batches >= 20
+        else:
+            assert lanes == 0
+            assert batches == 0
