@@ -1,0 +1,198 @@
+// The driver side of a segmentstore-jvm write: WriteBuilder -> Write -> BatchWrite ->
+// a serializable DataWriterFactory (one EventWriter per task). Before any task starts,
+// the driver creates the targets (option create, the default) or checks that they exist,
+// and applies saveMode as the Python sink does (datasource.py prepare_targets): errorifexists
+// fails on a target that holds data, ignore then writes nothing. The write identity is
+// random per write (the Python sink without writeId), drawn here once, so every attempt
+// of a task derives the same writer id. Writes are not atomic: commit reports what each
+// partition wrote; abort logs one line saying the targets keep what was written. The
+// last commit's messages stay readable on the driver (lastReport) for tests and tools.
+package io.segmentstore.spark;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.UUID;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.write.BatchWrite;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.DataWriterFactory;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
+import org.apache.spark.sql.connector.write.SupportsTruncate;
+import org.apache.spark.sql.connector.write.Write;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, BatchWrite {
+  private static final Logger LOG = LoggerFactory.getLogger("io.segmentstore.spark");
+  private static volatile String lastReport = "";
+
+  private final WriteOptions options;
+  private final StructType schema;
+  private final UUID identity = UUID.randomUUID();
+  private boolean ignore;
+
+  JvmWrite(LogicalWriteInfo info) {
+    this.options = WriteOptions.parse(info.options().asCaseSensitiveMap());
+    this.schema = info.schema();
+  }
+
+  /** The last committed write's partitions (JSON), on this driver: for tests and tools. */
+  public static String lastReport() {
+    return lastReport;
+  }
+
+  /** The writer id of a partition (options.py writer_id), for checks against the Python sink. */
+  public static String writerIdOf(String identity, String target, int partition) {
+    return EventWriter.writerId(UUID.fromString(identity), target, partition).toString();
+  }
+
+  /** options.py event_number(group, piece). */
+  public static long eventNumberOf(long group, int piece) {
+    return EventWriter.eventNumber(group, piece);
+  }
+
+  @Override
+  public WriteBuilder truncate() {
+    throw WriteOptions.refuse(".mode('overwrite')");
+  }
+
+  @Override
+  public Write build() {
+    return this;
+  }
+
+  @Override
+  public String description() {
+    return SegmentStoreJvm.SHORT_NAME + " write to " + String.join(",", options.segments)
+        + " at " + options.endpoint();
+  }
+
+  @Override
+  public BatchWrite toBatch() {
+    List<String> busy;
+    try {
+      busy = prepareTargets();
+    } catch (IOException e) {
+      throw new UncheckedIOException(e.getMessage(), e);
+    }
+    if (!busy.isEmpty() && options.saveMode.equals("error")) {
+      throw new IllegalStateException(
+          "segmentstore-jvm: target '" + busy.get(0) + "' already holds data (saveMode "
+              + "errorifexists); use saveMode ignore or .mode('append')");
+    }
+    ignore = !busy.isEmpty() && options.saveMode.equals("ignore");
+    return this;
+  }
+
+  /** Creates or checks every target; returns those that already hold data. */
+  private List<String> prepareTargets() throws IOException {
+    List<String> busy = new ArrayList<>();
+    try (WireClient c = new WireClient(
+        options.host, options.port, options.timeoutMillis, options.connectTimeoutMillis)) {
+      for (String seg : options.segments) {
+        if (options.create) {
+          c.createSegment(seg);
+        }
+        WireClient.Info info = c.info(seg);
+        long base = c.attribute(seg, Planner.BASE_ATTRIBUTE);
+        long start = Math.max(info.startOffset, base == WireClient.NULL_ATTRIBUTE ? 0 : base);
+        if (info.length > start) {
+          busy.add(seg);
+        }
+      }
+    }
+    return busy;
+  }
+
+  @Override
+  public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
+    return new Factory(options, schema, identity, ignore);
+  }
+
+  @Override
+  public boolean useCommitCoordinator() {
+    return false; // every attempt writes as the same writer: the server de-duplicates
+  }
+
+  @Override
+  public void commit(WriterCommitMessage[] messages) {
+    StringBuilder b = new StringBuilder("[");
+    long rows = 0;
+    for (WriterCommitMessage m : messages) {
+      if (m != null) {
+        b.append(b.length() > 1 ? ", " : "").append(m);
+        rows += ((EventWriter.Commit) m).rows;
+      }
+    }
+    lastReport = b.append("]").toString();
+    LOG.info("segmentstore-jvm write {}: {} row(s) in {} partition(s)", identity, rows,
+        messages.length);
+  }
+
+  @Override
+  public void abort(WriterCommitMessage[] messages) {
+    int done = 0;
+    for (WriterCommitMessage m : messages) {
+      done += m == null ? 0 : 1;
+    }
+    LOG.warn("segmentstore-jvm write {} to {} aborted: non-atomic write, the targets keep what "
+            + "was written ({} of {} partition(s) complete; incomplete ones keep their durable "
+            + "events); a new run writes everything again (no writeId in segmentstore-jvm: "
+            + "format('segmentstore') with .option('writeId', ...) resumes)", identity,
+        String.join(",", options.segments), done, messages.length);
+  }
+
+  static final class Factory implements DataWriterFactory {
+    private static final long serialVersionUID = 1L;
+    private final WriteOptions options;
+    private final StructType schema;
+    private final UUID identity;
+    private final boolean ignore;
+
+    Factory(WriteOptions options, StructType schema, UUID identity, boolean ignore) {
+      this.options = options;
+      this.schema = schema;
+      this.identity = identity;
+      this.ignore = ignore;
+    }
+
+    @Override
+    public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
+      org.apache.spark.TaskContext ctx = org.apache.spark.TaskContext.get();
+      int attempt = ctx == null ? 0 : ctx.attemptNumber();
+      if (ignore) {
+        return new Discard(partitionId, attempt, options.targetOf(partitionId));
+      }
+      return new EventWriter(options, schema, identity, partitionId, attempt);
+    }
+  }
+
+  /** saveMode=ignore found data: the task consumes its rows and writes nothing. */
+  static final class Discard implements DataWriter<InternalRow> {
+    private final EventWriter.Commit msg;
+
+    Discard(int partition, int attempt, String target) {
+      msg = new EventWriter.Commit(partition, attempt, target, new UUID(0, 0));
+    }
+
+    @Override
+    public void write(InternalRow row) {}
+
+    @Override
+    public WriterCommitMessage commit() {
+      return msg;
+    }
+
+    @Override
+    public void abort() {}
+
+    @Override
+    public void close() {}
+  }
+}
