@@ -154,3 +154,144 @@ def test_writer_ids_and_event_numbers_are_the_python_sinks(spark: Any) -> None:
             assert jw.writerIdOf(str(identity), target, p) == str(writer_id(identity, target, p))
     for group, piece in ((0, 0), (0, 1), (4, 0), (1 << 30, 5), (12345, 1 << 19)):
         assert jw.eventNumberOf(group, piece) == event_number(group, piece)
+
+
+def test_groups_over_max_event_bytes_are_split_in_pieces(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    # 64 rows of 640 hex digits in groups of 16: each group (~10 KB) is split into halves
+    # until a piece fits in 2,048 bytes, the way the Python sink splits.
+    df = spark.range(0, 64, 1, 1).selectExpr(
+        "id",
+        "concat_ws('', transform(sequence(1, 5), x -> sha2(cast(id * 10 + x as string), 512)))"
+        " as s",
+    )
+    opts = {"rowsPerEvent": "16", "maxEventBytes": "2048", "compression": "none"}
+    _save(df, endpoint, seg, **opts)
+    events = _events(endpoint, seg)
+    rows = [int(e.headers["spark.rows"]) for e in events]
+    assert sum(rows) == 64 and len(events) > 4
+    assert all(len(records.encode(e.value, headers=e.headers)) <= 2048 for e in events)
+    # Each group of 16 is cut the same way: halves of halves, pieces of 2 rows here, as
+    # the Python sink cuts the same rows.
+    assert rows == [2] * 32, rows
+    w = df.write.format("segmentstore").option("endpoint", endpoint).option("segment", seg + "p")
+    for k, v in opts.items():
+        w = w.option(k, v)
+    w.mode("append").save()
+    assert [int(e.headers["spark.rows"]) for e in _events(endpoint, seg + "p")] == rows
+    ids = [i for e in events for b in decode_arrow(e.value)[1] for i in b.column(0).to_pylist()]
+    assert ids == list(range(64))
+    (msg,) = _report(spark)
+    assert msg["events"] == 32 and msg["last_event_number"] == event_number(3, 7)
+    with sync.connect(endpoint) as c:
+        assert c.last_event_number(seg, msg["writer_id"]) == event_number(3, 7)
+    assert sorted(_jvm(spark, endpoint, seg).load().collect()) == sorted(df.collect())
+
+
+def test_a_retried_task_resumes_without_duplicates(spark: Any, endpoint: str, seg: str) -> None:
+    from pyspark import TaskContext
+    from pyspark.sql.functions import col, udf
+
+    @udf("bigint")  # type: ignore[misc]
+    def fail_once(i: int) -> int:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
+            if i == 50_000:  # rows 0..49,999 (five groups) have reached the writer
+                raise RuntimeError("injected failure")
+        return i
+
+    n = 200_000
+    df = _df(spark, n).withColumn("id", fail_once(col("id")))
+    _save(df, endpoint, seg, rowsPerEvent="10000")
+    back = _python(spark, endpoint, seg).load()
+    assert _fingerprint(back) == _fingerprint(_df(spark, n))
+    p0, p1 = _report(spark)
+    # The retry wrote as the same writer: the server held the first attempt's durable
+    # groups, which the retry did not even encode, and it wrote only the rest.
+    assert p0["attempt"] == 1 and p0["resumed_from"] >= event_number(0)
+    # Groups held before the last one held are skipped unencoded; the last one held is
+    # encoded (it might have had more pieces) and its held piece not sent again.
+    last_held = (p0["resumed_from"] - 1) >> 21
+    assert p0["groups_skipped"] == last_held and p0["events"] == 10 - (last_held + 1)
+    assert p0["rows"] == 100_000 and p0["last_event_number"] == event_number(9)
+    assert p1["attempt"] == 0 and p1["resumed_from"] == 0 and p1["events"] == 10
+    assert len(_events(endpoint, seg)) == 20  # no event twice
+
+
+def test_save_modes(spark: Any, endpoint: str, seg: str) -> None:
+    df = _df(spark, 1_000)
+    _save(df, endpoint, seg, saveMode="errorifexists")  # a new target: written
+    msg = _error(lambda: _save(df, endpoint, seg, saveMode="errorifexists"))
+    assert f"target '{seg}' already holds data (saveMode errorifexists)" in msg, msg
+    _save(df, endpoint, seg, saveMode="ignore")  # holds data: nothing written
+    assert _jvm(spark, endpoint, seg).load().count() == 1_000
+    _save(df, endpoint, seg)  # append
+    assert _python(spark, endpoint, seg).load().count() == 2_000
+    msg = _error(lambda: _save(df, endpoint, seg, mode="overwrite"))
+    assert "segmentstore-jvm does not support .mode('overwrite')" in msg, msg
+    assert "format('segmentstore')" in msg
+    # Spark's own default (errorifexists) is refused by Spark for any V2 source that
+    # writes, as for the Python sink: the option saveMode says it instead.
+    msg = _error(lambda: _save(df, endpoint, seg, mode="errorifexists"))
+    assert "ErrorIfExists" in msg or "errorifexists" in msg.lower(), msg
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "what"),
+    [
+        ("atomic", "true", "atomic writes"),
+        ("writeId", "job-1", "deterministic write identities"),
+        ("txnVersion", "3", "deterministic write identities"),
+        ("stream", "s/t", "stream writes"),
+        ("credentials", "ann:pw", "authentication"),
+        ("tlsCaFile", "/x.pem", "TLS"),
+        ("encoding", "msgpack", "encoding=msgpack"),
+        ("recordFormat", "json", "record formats"),
+    ],
+)
+def test_what_only_the_python_sink_writes_is_refused(
+    spark: Any, endpoint: str, seg: str, option: str, value: str, what: str
+) -> None:
+    msg = _error(lambda: _save(_df(spark, 10), endpoint, seg, **{option: value}))
+    assert f"segmentstore-jvm does not support {what}" in msg, msg
+    assert "write with format('segmentstore') (the Python sink) instead" in msg
+    with sync.connect(endpoint) as c:  # refused on the driver, before any target is made
+        assert seg not in c.list_segments(seg.rsplit("/", 1)[0])
+
+
+def test_unknown_and_bad_options_fail_on_the_driver(spark: Any, endpoint: str, seg: str) -> None:
+    msg = _error(lambda: _save(_df(spark, 10), endpoint, seg, rowsPerEvnt="5"))
+    assert "option 'rowsPerEvnt' is unknown for a write; known options: " in msg, msg
+    assert "maxEventBytes" in msg and "saveMode" in msg
+    msg = _error(lambda: _save(_df(spark, 10), endpoint, seg, partitionBytes="5"))
+    assert "option 'partitionBytes' is unknown for a write" in msg, msg
+    msg = _error(lambda: _save(_df(spark, 10), endpoint, seg, maxEventBytes="10"))
+    assert "option 'maxEventBytes' must be in 1024..8323072, not 10" in msg, msg
+    msg = _error(lambda: _save(_df(spark, 10), endpoint, seg, compression="gzip"))
+    assert "option 'compression' must be one of none, lz4, zstd, not 'gzip'" in msg, msg
+
+
+def test_a_missing_segment_without_create(spark: Any, endpoint: str, seg: str) -> None:
+    msg = _error(lambda: _save(_df(spark, 10), endpoint, seg, create="false"))
+    assert f"segment '{seg}': the segment does not exist (NoSuchSegment)" in msg, msg
+
+
+def test_a_refused_connection_fails_in_seconds(spark: Any) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    msg = _error(
+        lambda: _save(_df(spark, 10), f"tcp://127.0.0.1:{port}", "x/y/0", timeout="2")
+    )
+    assert f"segmentstore-jvm: cannot connect to 127.0.0.1:{port}" in msg, msg
+    assert time.monotonic() - t0 < 15
+
+
+def test_one_row_over_the_event_limit_is_one_clear_error(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    df = spark.range(0, 1, 1, 1).selectExpr("id", "repeat('x', 9000000) as s")
+    msg = _error(lambda: _save(df, endpoint, seg, compression="none"))
+    assert "one row encodes to 9" in msg and "above the 8323072-byte event limit" in msg, msg
