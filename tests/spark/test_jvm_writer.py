@@ -295,3 +295,79 @@ def test_one_row_over_the_event_limit_is_one_clear_error(
     df = spark.range(0, 1, 1, 1).selectExpr("id", "repeat('x', 9000000) as s")
     msg = _error(lambda: _save(df, endpoint, seg, compression="none"))
     assert "one row encodes to 9" in msg and "above the 8323072-byte event limit" in msg, msg
+
+
+class _CuttingProxy:
+    """A TCP proxy to the server that closes a connection once its client has sent more
+    than ``limit`` bytes (a server that goes away in the middle of a write)."""
+
+    def __init__(self, endpoint: str, limit: int) -> None:
+        import threading
+
+        host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+        self._target = (host, int(port))
+        self._limit = limit
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.endpoint = f"tcp://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            server = socket.create_connection(self._target, timeout=10)
+            for src, dst, limit in ((client, server, self._limit), (server, client, None)):
+                t = threading.Thread(target=self._pump, args=(src, dst, limit), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+        sent = 0
+        src.settimeout(0.5)
+        try:
+            while not self._stop.is_set():
+                try:
+                    data = src.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    break
+                sent += len(data)
+                if limit is not None and sent > limit:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with __import__("contextlib").suppress(OSError):
+                    s.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+        self._listener.close()
+
+
+def test_a_server_that_closes_mid_write_fails_the_job_in_one_line(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    proxy = _CuttingProxy(endpoint, limit=256 * 1024)
+    try:
+        t0 = time.monotonic()
+        df = _df(spark, 100_000, partitions=1)
+        msg = _error(lambda: _save(df, proxy.endpoint, seg, rowsPerEvent="2000", timeout="5"))
+        assert time.monotonic() - t0 < 60
+    finally:
+        proxy.close()
+    first = next(line for line in msg.splitlines() if "segmentstore-jvm" in line)
+    assert "closed the connection" in first or "cannot send to" in first, msg
+    assert f"segment '{seg}'" in first, first
