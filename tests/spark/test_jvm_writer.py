@@ -8,6 +8,7 @@ on ``spark.jars`` by ``tests/spark/conftest.py``; without a JDK these tests are 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import socket
@@ -196,9 +197,9 @@ def test_a_retried_task_resumes_without_duplicates(spark: Any, endpoint: str, se
     @udf("bigint")  # type: ignore[misc]
     def fail_once(i: int) -> int:
         ctx = TaskContext.get()
-        if ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
-            if i == 50_000:  # rows 0..49,999 (five groups) have reached the writer
-                raise RuntimeError("injected failure")
+        first = ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0
+        if first and i == 50_000:  # rows 0..49,999 (five groups) have reached the writer
+            raise RuntimeError("injected failure")
         return i
 
     n = 200_000
@@ -282,11 +283,17 @@ def test_a_refused_connection_fails_in_seconds(spark: Any) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.monotonic()
-    msg = _error(
-        lambda: _save(_df(spark, 10), f"tcp://127.0.0.1:{port}", "x/y/0", timeout="2")
-    )
+    msg = _error(lambda: _save(_df(spark, 10), f"tcp://127.0.0.1:{port}", "x/y/0", timeout="2"))
     assert f"segmentstore-jvm: cannot connect to 127.0.0.1:{port}" in msg, msg
     assert time.monotonic() - t0 < 15
+    with socket.socket() as silent:  # accepts (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        ep = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        t0 = time.monotonic()
+        msg = _error(lambda: _save(_df(spark, 10), ep, "x/y/0", timeout="1"))
+        assert "no reply from 127.0.0.1" in msg and "within 1000 ms" in msg, msg
+        assert time.monotonic() - t0 < 15
 
 
 def test_one_row_over_the_event_limit_is_one_clear_error(
@@ -347,7 +354,7 @@ class _CuttingProxy:
             pass
         finally:
             for s in (src, dst):
-                with __import__("contextlib").suppress(OSError):
+                with contextlib.suppress(OSError):
                     s.close()
 
     def close(self) -> None:
