@@ -363,6 +363,7 @@ def main() -> int:
                     print(f"  {v.name:28s} {w}")
                 if v.jvm:
                     jw = f"write {_ratio(pq_write.wall, v.jvm_write.wall)}"
+                    jw += f"  write cpu {_ratio(pq_write.cpu, v.jvm_write.cpu)}"
                     print(
                         f"  {v.jvm_name:28s} {jw}"
                         f"  read {_ratio(pq_read.wall, v.jvm_read.wall)}"
