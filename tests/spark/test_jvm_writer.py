@@ -378,3 +378,39 @@ def test_a_server_that_closes_mid_write_fails_the_job_in_one_line(
     first = next(line for line in msg.splitlines() if "segmentstore-jvm" in line)
     assert "closed the connection" in first or "cannot send to" in first, msg
     assert f"segment '{seg}'" in first, first
+
+
+def test_a_python_attempt_of_a_jvm_write_writes_nothing_again(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    """The two sinks derive the same writer and the same event numbers from one identity:
+    a Python sink attempt of a partition the JVM sink wrote finds every event held."""
+    from segmentstore_client.spark.codec import schema_json_of
+    from segmentstore_client.spark.options import WriteOptions
+    from segmentstore_client.spark.writer import WriteJob, arrow_groups, write_partition
+
+    df = _df(spark, 25_000, partitions=1)
+    _save(df, endpoint, seg, rowsPerEvent="10000")
+    (jvm,) = _report(spark)
+    assert jvm["events"] == 3 and jvm["last_event_number"] == event_number(2)
+    opts = WriteOptions.parse({"endpoint": endpoint, "segment": seg, "rowsPerEvent": "10000"})
+    job = WriteJob(opts, uuid.UUID(jvm["identity"]), schema_json_of(df.schema))
+    table = df.toArrow()
+    msg = write_partition(
+        job, 0, 1, lambda: arrow_groups(table.to_batches(3_000), opts, job.schema_json)
+    )
+    assert msg.writer_id == jvm["writer_id"] and msg.resumed_from == event_number(2)
+    assert msg.events == 0 and msg.rows == 25_000
+    assert len(_events(endpoint, seg)) == 3
+
+
+def test_partitions_go_to_segments_round_robin(spark: Any, endpoint: str, seg: str) -> None:
+    segs = [seg + "a", seg + "b"]
+    df = _df(spark, 9_000, partitions=3)
+    w = df.write.format(FORMAT).option("endpoint", endpoint).option("segments", ",".join(segs))
+    w.option("rowsPerEvent", "1000").mode("append").save()
+    # partition p -> segments[p % 2]: partitions 0 and 2 in a, 1 in b
+    assert [len(_events(endpoint, s)) for s in segs] == [6, 3]
+    assert [m["target"] for m in _report(spark)] == [segs[0], segs[1], segs[0]]
+    both = spark.read.format(FORMAT).option("endpoint", endpoint).option("segments", ",".join(segs))
+    assert _fingerprint(both.load()) == _fingerprint(df)
