@@ -127,6 +127,12 @@ def test_every_type_round_trips_through_both_readers(spark: Any, endpoint: str, 
         schema, batches = decode_arrow(rec.value)
         assert int(rec.headers["spark.rows"]) == sum(b.num_rows for b in batches)
         assert b"spark.schema" in (schema.metadata or {})
+    # ... with the Arrow types the Python sink writes (string, not large_string, ...).
+    df.write.format("segmentstore").option("endpoint", endpoint).option("segment", seg + "p").mode(
+        "append"
+    ).save()
+    python_schema = decode_arrow(_events(endpoint, seg + "p")[0].value)[0]
+    assert [str(f.type) for f in schema] == [str(f.type) for f in python_schema]
 
 
 @pytest.mark.parametrize("compression", ["zstd", "lz4", "none"])

@@ -57,7 +57,10 @@ final class EventEncoder implements AutoCloseable {
   private int rows;
 
   EventEncoder(BufferAllocator allocator, StructType schema, String compression, int maxEventBytes) {
-    Schema arrow = ArrowUtils.toArrowSchema(schema, "UTC", true);
+    // Utf8 and Binary as pyarrow writes them (Spark's default here is LargeUtf8 and
+    // LargeBinary, which the Python reader would have to cast): timeZone, errorOnDuplicated
+    // FieldNames, largeVarTypes, and the last flag off as in Spark's own Python path.
+    Schema arrow = ArrowUtils.toArrowSchema(schema, "UTC", true, false, false);
     Schema withMeta = new Schema(arrow.getFields(), Map.of(SCHEMA_METADATA_KEY, schema.json()));
     this.root = VectorSchemaRoot.create(withMeta, allocator);
     this.writer = ArrowWriter.create(root);
