@@ -83,7 +83,8 @@ def _types(spark: Any) -> Any:
         "id BIGINT NOT NULL, i INT, h SMALLINT, b BOOLEAN, f FLOAT, d DOUBLE, s STRING, "
         "bin BINARY, dec DECIMAL(20,4), day DATE, ts TIMESTAMP, ntz TIMESTAMP_NTZ, "
         "nested STRUCT<x: DECIMAL(38,18), `when`: TIMESTAMP>, "
-        "arr ARRAY<STRUCT<x: DECIMAL(38,18), `when`: TIMESTAMP>>, m MAP<STRING, DECIMAL(10,2)>"
+        "arr ARRAY<STRUCT<x: DECIMAL(38,18), `when`: TIMESTAMP>>, m MAP<STRING, DECIMAL(10,2)>, "
+        "d18 DECIMAL(18,2), d3 DECIMAL(3,3)"
     )
     rows = [
         Row(
@@ -106,6 +107,12 @@ def _types(spark: Any) -> Any:
             ),
             arr=[Row(x=Decimal(i), when=None)],
             m={"a": Decimal("1.25"), f"k{i}": None},
+            # top-level DECIMAL(p <= 18) goes through Decimal64Writer: both extremes
+            d18=None
+            if i == 5
+            else Decimal("-9999999999999999.99" if i % 2 else "9999999999999999.99")
+            + i * (1 if i % 2 else -1),
+            d3=Decimal("-0.999") if i == 0 else Decimal(i) / 1000,
         )
         for i in range(10)
     ]

@@ -63,7 +63,7 @@ final class EventEncoder implements AutoCloseable {
     Schema arrow = ArrowUtils.toArrowSchema(schema, "UTC", true, false, false);
     Schema withMeta = new Schema(arrow.getFields(), Map.of(SCHEMA_METADATA_KEY, schema.json()));
     this.root = VectorSchemaRoot.create(withMeta, allocator);
-    this.writer = ArrowWriter.create(root);
+    this.writer = Decimal64Writer.create(root);
     this.maxEventBytes = maxEventBytes;
     if (compression.equals("none")) {
       codecs = NoCompressionCodec.Factory.INSTANCE;
