@@ -155,12 +155,18 @@ final class EventWriter implements DataWriter<InternalRow> {
   @Override
   public void close() {
     closeClient();
-    if (encoder != null) {
-      encoder.close();
+    try {
+      if (encoder != null) {
+        encoder.close();
+      }
+      if (allocator != null) {
+        allocator.close(); // throws on leaked Arrow memory: a bug, but not the task's error
+      }
+    } catch (RuntimeException e) {
+      org.slf4j.LoggerFactory.getLogger("io.segmentstore.spark")
+          .warn("segmentstore-jvm: releasing a task's Arrow memory failed: {}", e.toString());
+    } finally {
       encoder = null;
-    }
-    if (allocator != null) {
-      allocator.close();
       allocator = null;
     }
   }
