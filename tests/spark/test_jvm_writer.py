@@ -427,3 +427,72 @@ def test_partitions_go_to_segments_round_robin(spark: Any, endpoint: str, seg: s
     assert [m["target"] for m in _report(spark)] == [segs[0], segs[1], segs[0]]
     both = spark.read.format(FORMAT).option("endpoint", endpoint).option("segments", ",".join(segs))
     assert _fingerprint(both.load()) == _fingerprint(df)
+
+
+# -- a hostile server (test_jvm_hostile.Hostile) answering the write's commands ------------
+
+
+Answer = Callable[[Any], list[Any]]
+
+
+def _write_lie(append: Answer, setup: Answer | None = None) -> Callable[[Any], list[Any] | None]:
+    """Answers CreateSegment honestly, SetupAppend with ``setup(req)`` (default: a new
+    writer) and every AppendBlockEnd with ``append(req)``; the rest as Hostile does."""
+    from segmentstore_client.protocol import codec
+    from segmentstore_client.protocol.commands import (
+        AppendBlockEnd,
+        AppendSetup,
+        CreateSegment,
+        SegmentCreated,
+        SetupAppend,
+    )
+
+    def lie(req: Any) -> list[Any] | None:
+        if isinstance(req, CreateSegment):
+            return [codec.encode(SegmentCreated(req.request_id, req.segment))]
+        if isinstance(req, SetupAppend):
+            if setup is not None:
+                return setup(req)
+            reply = AppendSetup(req.request_id, req.segment, req.writer_id, -(2**63))
+            return [codec.encode(reply)]
+        if isinstance(req, AppendBlockEnd):
+            return append(req)
+        return None
+
+    return lie
+
+
+def _fails_to_write(spark: Any, lie: Any) -> str:
+    from .test_jvm_hostile import Hostile
+
+    with Hostile(b"", lie) as h:
+        t0 = time.monotonic()
+        msg = _error(lambda: _save(_df(spark, 2_000, 1), h.endpoint, "w/x/0", timeout="1"))
+        assert time.monotonic() - t0 < 30, msg
+    assert spark.range(3).count() == 3  # the JVM is alive
+    return next((ln for ln in msg.splitlines() if "segmentstore-jvm" in ln), msg)
+
+
+def test_a_hostile_server_fails_a_write_in_one_line(spark: Any) -> None:
+    from segmentstore_client.protocol import codec
+    from segmentstore_client.protocol.commands import DataAppended, InvalidEventNumber, WrongHost
+
+    from .test_jvm_hostile import Hostile
+
+    def ack(req: Any, number: int | None = None) -> list[Any]:
+        n = req.last_event_number if number is None else number
+        return [codec.encode(DataAppended(req.writer_id, n, -1, req.request_id, 0))]
+
+    with Hostile(b"", _write_lie(ack)) as h:  # the control: honest answers, a write
+        _save(_df(spark, 2_000, 1), h.endpoint, "w/x/0", rowsPerEvent="500")
+        assert [m["events"] for m in _report(spark)] == [4]
+    wrong_host = _write_lie(ack, lambda req: [codec.encode(WrongHost(req.request_id, "w/x/0"))])
+    assert "does not own this segment (WrongHost)" in _fails_to_write(spark, wrong_host)
+    msg = _fails_to_write(spark, _write_lie(lambda req: ack(req, req.last_event_number + 2)))
+    assert "acknowledged event number 3 for event 1" in msg, msg
+    bad_number = _write_lie(
+        lambda req: [codec.encode(InvalidEventNumber(req.writer_id, req.request_id, "", 1))]
+    )
+    assert "refused an event number (InvalidEventNumber)" in _fails_to_write(spark, bad_number)
+    msg = _fails_to_write(spark, _write_lie(lambda req: [5.0]))  # never acknowledges
+    assert "no reply from 127.0.0.1" in msg and "within 1000 ms" in msg, msg
