@@ -34,7 +34,6 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 
 final class EventEncoder implements AutoCloseable {
-  static final String SCHEMA_METADATA_KEY = "spark.schema";
   static final String ROWS_HEADER = "spark.rows";
 
   /** One event: its record bytes and how many rows it holds. */
@@ -56,12 +55,14 @@ final class EventEncoder implements AutoCloseable {
   private final Out out = new Out();
   private int rows;
 
-  EventEncoder(BufferAllocator allocator, StructType schema, String compression, int maxEventBytes) {
+  EventEncoder(
+      BufferAllocator allocator, StructType schema, String compression, int maxEventBytes) {
     // Utf8 and Binary as pyarrow writes them (Spark's default here is LargeUtf8 and
     // LargeBinary, which the Python reader would have to cast): timeZone, errorOnDuplicated
     // FieldNames, largeVarTypes, and the last flag off as in Spark's own Python path.
     Schema arrow = ArrowUtils.toArrowSchema(schema, "UTC", true, false, false);
-    Schema withMeta = new Schema(arrow.getFields(), Map.of(SCHEMA_METADATA_KEY, schema.json()));
+    Schema withMeta =
+        new Schema(arrow.getFields(), Map.of(ArrowEvents.SCHEMA_METADATA_KEY, schema.json()));
     this.root = VectorSchemaRoot.create(withMeta, allocator);
     this.writer = Decimal64Writer.create(root);
     this.maxEventBytes = maxEventBytes;

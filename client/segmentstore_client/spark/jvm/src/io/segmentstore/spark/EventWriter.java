@@ -58,9 +58,10 @@ final class EventWriter implements DataWriter<InternalRow> {
     public String toString() {
       return "{\"partition\": " + partition + ", \"attempt\": " + attempt + ", \"target\": \""
           + target.replace("\\", "\\\\").replace("\"", "\\\"") + "\", \"writer_id\": \""
-          + writerId + "\", \"identity\": \"" + identity + "\", \"rows\": " + rows + ", \"events\": " + events + ", \"bytes\": "
-          + bytes + ", \"last_event_number\": " + lastEventNumber + ", \"resumed_from\": "
-          + resumedFrom + ", \"groups_skipped\": " + groupsSkipped + "}";
+          + writerId + "\", \"identity\": \"" + identity + "\", \"rows\": " + rows
+          + ", \"events\": " + events + ", \"bytes\": " + bytes + ", \"last_event_number\": "
+          + lastEventNumber + ", \"resumed_from\": " + resumedFrom + ", \"groups_skipped\": "
+          + groupsSkipped + "}";
     }
   }
 

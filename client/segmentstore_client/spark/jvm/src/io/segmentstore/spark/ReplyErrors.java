@@ -1,9 +1,9 @@
 // Error replies of the wire protocol (wire-protocol.md section 6.7) as one IOException
 // each, naming the segment (and the offset, where a read asked for one) and what to do.
 // Every error reply leads with the request id (InvalidEventNumber: after the writer id),
-// which must be the waiting request's; a reply type this reader does not expect is a protocol error. Only
-// the leading fields are read; a body too short for them throws EOFException, which the
-// caller reports as a malformed reply.
+// which must be the waiting request's; a reply type this client does not expect is a
+// protocol error. Only the leading fields are read; a body too short for them throws
+// EOFException, which the caller reports as a malformed reply.
 package io.segmentstore.spark;
 
 import java.io.DataInputStream;
