@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import pytest
@@ -255,8 +256,6 @@ def test_save_modes(spark: Any, endpoint: str, seg: str) -> None:
     ("option", "value", "what"),
     [
         ("atomic", "true", "atomic writes"),
-        ("writeId", "job-1", "deterministic write identities"),
-        ("txnVersion", "3", "deterministic write identities"),
         ("stream", "s/t", "stream writes"),
         ("credentials", "ann:pw", "authentication"),
         ("tlsCaFile", "/x.pem", "TLS"),
@@ -496,3 +495,45 @@ def test_a_hostile_server_fails_a_write_in_one_line(spark: Any) -> None:
     assert "refused an event number (InvalidEventNumber)" in _fails_to_write(spark, bad_number)
     msg = _fails_to_write(spark, _write_lie(lambda req: [5.0]))  # never acknowledges
     assert "no reply from 127.0.0.1" in msg and "within 1000 ms" in msg, msg
+
+
+def _py_save(df: Any, endpoint: str, seg: str, **opts: str) -> None:
+    w = df.write.format("segmentstore").option("endpoint", endpoint).option("segment", seg)
+    for k, v in opts.items():
+        w = w.option(k, v)
+    w.mode("append").save()
+
+
+def test_a_write_id_is_one_write_across_both_formats(spark: Any, endpoint: str, seg: str) -> None:
+    df = _df(spark, 5_000)
+    # Python first, then the JVM with the same writeId: every partition skipped.
+    _py_save(df, endpoint, seg, writeId="nightly-1", rowsPerEvent="1000")
+    events = len(_events(endpoint, seg))
+    _save(df, endpoint, seg, writeId="nightly-1", rowsPerEvent="1000")
+    assert all(m["skipped"] and m["events"] == 0 for m in _report(spark))
+    assert len(_events(endpoint, seg)) == events
+    # The JVM first, then Python: nothing written again either.
+    _save(df, endpoint, seg + "j", writeId="nightly-2", rowsPerEvent="1000")
+    events = len(_events(endpoint, seg + "j"))
+    _py_save(df, endpoint, seg + "j", writeId="nightly-2", rowsPerEvent="1000")
+    assert len(_events(endpoint, seg + "j")) == events
+    assert _fingerprint(_jvm(spark, endpoint, seg + "j").load()) == _fingerprint(df)
+    # The fingerprint the other format stored is the same (rows, and the schema's hash of
+    # its JSON, which the JVM canonicalizes as Python's json.dumps writes it).
+    wider = df.selectExpr("*", "1 as extra")
+    fewer = _df(spark, 4_000)
+    for save in (_save, _py_save):
+        msg = _error(partial(save, fewer, endpoint, seg, writeId="nightly-1"))
+        assert "'nightly-1' was already committed with 5000 row(s); this write has 4000" in msg
+        msg = _error(partial(save, wider, endpoint, seg + "j", writeId="nightly-2"))
+        assert "'nightly-2' was already committed with another schema" in msg, msg
+    assert len(_events(endpoint, seg + "j")) == events
+    # writeVersion: a version at or below the committed one is skipped, a higher written.
+    _save(df, endpoint, seg + "v", writeId="app", writeVersion="1")
+    _py_save(df, endpoint, seg + "v", writeId="app", writeVersion="1")
+    _save(df, endpoint, seg + "v", txnAppId="app", txnVersion="1")
+    assert _jvm(spark, endpoint, seg + "v").load().count() == 5_000
+    _save(df, endpoint, seg + "v", writeId="app", writeVersion="2")
+    assert _python(spark, endpoint, seg + "v").load().count() == 10_000
+    msg = _error(lambda: _save(df, endpoint, seg, writeVersion="2"))
+    assert "option 'writeVersion' needs 'writeId'" in msg, msg

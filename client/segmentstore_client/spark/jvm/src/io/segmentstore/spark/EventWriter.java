@@ -46,6 +46,7 @@ final class EventWriter implements DataWriter<InternalRow> {
     long lastEventNumber;
     long resumedFrom;
     long groupsSkipped; // groups the server held whole: counted, not encoded
+    boolean skipped; // the writeId was committed already: nothing written
 
     Commit(int partition, int attempt, String target, UUID writerId) {
       this.partition = partition;
@@ -61,7 +62,7 @@ final class EventWriter implements DataWriter<InternalRow> {
           + writerId + "\", \"identity\": \"" + identity + "\", \"rows\": " + rows
           + ", \"events\": " + events + ", \"bytes\": " + bytes + ", \"last_event_number\": "
           + lastEventNumber + ", \"resumed_from\": " + resumedFrom + ", \"groups_skipped\": "
-          + groupsSkipped + "}";
+          + groupsSkipped + ", \"skipped\": " + skipped + "}";
     }
   }
 
@@ -69,6 +70,8 @@ final class EventWriter implements DataWriter<InternalRow> {
   private final StructType schema;
   private final UUID writer;
   private final Commit msg;
+  private final String markerScope; // null: no writeId, no commit marker
+  private final long markerSeq;
   private BufferAllocator allocator;
   private EventEncoder encoder;
   private WireClient client;
@@ -78,9 +81,12 @@ final class EventWriter implements DataWriter<InternalRow> {
   private int inGroup; // rows of it seen so far
   private boolean skipping; // the server holds the whole group: rows are only counted
 
-  EventWriter(WriteOptions options, StructType schema, UUID identity, int partition, int attempt) {
+  EventWriter(WriteOptions options, StructType schema, UUID identity, String markerScope,
+      long markerSeq, int partition, int attempt) {
     this.options = options;
     this.schema = schema;
+    this.markerScope = markerScope;
+    this.markerSeq = markerSeq;
     String target = options.targetOf(partition);
     this.writer = writerId(identity, target, partition);
     this.msg = new Commit(partition, attempt, target, writer);
@@ -89,9 +95,17 @@ final class EventWriter implements DataWriter<InternalRow> {
 
   @Override
   public void write(InternalRow row) throws IOException {
+    if (msg.skipped) {
+      msg.rows++; // the write was committed: rows only counted (the driver compares them)
+      return;
+    }
     if (inGroup == 0) {
       if (pipe == null) {
         open();
+        if (msg.skipped) {
+          msg.rows++;
+          return;
+        }
       }
       skipping = held >= eventNumber(group + 1, 0);
       msg.groupsSkipped += skipping ? 1 : 0;
@@ -108,6 +122,10 @@ final class EventWriter implements DataWriter<InternalRow> {
   private void open() throws IOException {
     client = new WireClient(
         options.host, options.port, options.timeoutMillis, options.connectTimeoutMillis);
+    if (markerReached()) {
+      msg.skipped = true; // as writer.py: a committed writeId is not written again
+      return;
+    }
     pipe = new AppendPipe(client, writer, msg.target);
     held = pipe.held();
     msg.resumedFrom = held;
@@ -133,8 +151,24 @@ final class EventWriter implements DataWriter<InternalRow> {
     inGroup = 0;
   }
 
+  private boolean markerReached() throws IOException {
+    if (markerScope == null) {
+      return false;
+    }
+    long value = client.attribute(msg.target, WriteIds.commitMarker(markerScope));
+    return value != WireClient.NULL_ATTRIBUTE && value >= markerSeq;
+  }
+
   @Override
   public WriterCommitMessage commit() throws IOException {
+    if (client == null && markerScope != null) { // an empty partition: skipped too if committed
+      client = new WireClient(
+          options.host, options.port, options.timeoutMillis, options.connectTimeoutMillis);
+      msg.skipped = markerReached();
+    }
+    if (msg.skipped) {
+      return msg;
+    }
     if (inGroup > 0) {
       endGroup();
     }

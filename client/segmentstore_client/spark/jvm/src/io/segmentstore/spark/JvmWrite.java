@@ -34,12 +34,23 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
 
   private final WriteOptions options;
   private final StructType schema;
-  private final UUID identity = UUID.randomUUID();
+  private final UUID identity;
+  private final String markerScope; // null: no writeId
+  private final long markerSeq;
   private boolean ignore;
 
   JvmWrite(LogicalWriteInfo info) {
     this.options = WriteOptions.parse(info.options().asCaseSensitiveMap());
     this.schema = info.schema();
+    if (options.writeId == null) {
+      identity = UUID.randomUUID();
+      markerScope = null;
+      markerSeq = 0;
+    } else {
+      identity = WriteIds.identity(options.writeId, options.writeVersion);
+      markerScope = WriteIds.markerScope(options.writeId, options.writeVersion, identity);
+      markerSeq = options.writeVersion == null ? 0 : options.writeVersion;
+    }
   }
 
   /** The last committed write's partitions (JSON), on this driver: for tests and tools. */
@@ -112,7 +123,7 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
 
   @Override
   public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
-    return new Factory(options, schema, identity, ignore);
+    return new Factory(options, schema, identity, markerScope, markerSeq, ignore);
   }
 
   @Override
@@ -124,13 +135,22 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
   public void commit(WriterCommitMessage[] messages) {
     StringBuilder b = new StringBuilder("[");
     long rows = 0;
+    boolean skipped = messages.length > 0;
     for (WriterCommitMessage m : messages) {
       if (m != null) {
         b.append(b.length() > 1 ? ", " : "").append(m);
         rows += ((EventWriter.Commit) m).rows;
       }
+      skipped &= m != null && ((EventWriter.Commit) m).skipped;
     }
     lastReport = b.append("]").toString();
+    if (markerScope != null && !ignore) {
+      try {
+        Markers.commit(options, markerScope, markerSeq, schema, messages, rows, skipped);
+      } catch (IOException e) {
+        throw new UncheckedIOException(e.getMessage(), e);
+      }
+    }
     LOG.info("segmentstore-jvm write {}: {} row(s) in {} partition(s)", identity, rows,
         messages.length);
   }
@@ -141,11 +161,17 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
     for (WriterCommitMessage m : messages) {
       done += m == null ? 0 : 1;
     }
+    String hint = options.writeId == null
+        ? "the write had no writeId, so a new run writes everything again; give "
+            + ".option('writeId', ...) to make retries resume"
+        : "run the write again with .option('writeId', '" + options.writeId + "') "
+            + (options.writeVersion == null ? ""
+                : ".option('writeVersion', " + options.writeVersion + ") ")
+            + "to finish it without duplicates";
     LOG.warn("segmentstore-jvm write {} to {} aborted: non-atomic write, the targets keep what "
             + "was written ({} of {} partition(s) complete; incomplete ones keep their durable "
-            + "events); a new run writes everything again (no writeId in segmentstore-jvm: "
-            + "format('segmentstore') with .option('writeId', ...) resumes)", identity,
-        String.join(",", options.segments), done, messages.length);
+            + "events); {}", identity, String.join(",", options.segments), done,
+        messages.length, hint);
   }
 
   static final class Factory implements DataWriterFactory {
@@ -153,12 +179,17 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
     private final WriteOptions options;
     private final StructType schema;
     private final UUID identity;
+    private final String markerScope;
+    private final long markerSeq;
     private final boolean ignore;
 
-    Factory(WriteOptions options, StructType schema, UUID identity, boolean ignore) {
+    Factory(WriteOptions options, StructType schema, UUID identity, String markerScope,
+        long markerSeq, boolean ignore) {
       this.options = options;
       this.schema = schema;
       this.identity = identity;
+      this.markerScope = markerScope;
+      this.markerSeq = markerSeq;
       this.ignore = ignore;
     }
 
@@ -169,7 +200,8 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
       if (ignore) {
         return new Discard(partitionId, attempt, options.targetOf(partitionId));
       }
-      return new EventWriter(options, schema, identity, partitionId, attempt);
+      return new EventWriter(
+          options, schema, identity, markerScope, markerSeq, partitionId, attempt);
     }
   }
 

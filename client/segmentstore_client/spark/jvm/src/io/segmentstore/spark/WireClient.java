@@ -51,6 +51,8 @@ final class WireClient implements Closeable {
   static final int CREATE_SEGMENT = 20;
   static final int SEGMENT_CREATED = 21;
   static final int SEGMENT_ALREADY_EXISTS = 52;
+  static final int UPDATE_ATTRIBUTE = 36;
+  static final int ATTRIBUTE_UPDATED = 37;
   static final int WIRE_VERSION = 17;
   static final int OLDEST_VERSION = 5;
   static final int MAX_FRAME = 0x00FFFFFF;
@@ -188,6 +190,31 @@ final class WireClient implements Closeable {
       return r.readLong();
     } catch (EOFException e) {
       throw malformed("SegmentAttribute", segment, -1, e);
+    }
+  }
+
+  /**
+   * UpdateSegmentAttribute: sets {@code attribute} to {@code value} if it holds
+   * {@code expected} ({@link #NULL_ATTRIBUTE}: unset); true if it did.
+   */
+  boolean compareAndSetAttribute(String segment, UUID attribute, long value, long expected)
+      throws IOException {
+    long id = nextId++;
+    Payload p = new Payload();
+    p.out.writeLong(id);
+    p.out.writeUTF(segment);
+    p.out.writeLong(attribute.getMostSignificantBits());
+    p.out.writeLong(attribute.getLeastSignificantBits());
+    p.out.writeLong(value);
+    p.out.writeLong(expected);
+    p.out.writeUTF("");
+    send(UPDATE_ATTRIBUTE, p.bytes(), segment);
+    DataInputStream r = expect(ATTRIBUTE_UPDATED, id, segment, -1);
+    try {
+      checkId(r.readLong(), id, "SegmentAttributeUpdated", segment);
+      return r.readBoolean();
+    } catch (EOFException e) {
+      throw malformed("SegmentAttributeUpdated", segment, -1, e);
     }
   }
 

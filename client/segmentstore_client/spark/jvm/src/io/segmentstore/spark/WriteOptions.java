@@ -25,6 +25,10 @@ final class WriteOptions implements Serializable {
   /** Options this writer honours (flattened lowercase key -> documented name). */
   private static final Map<String, String> KNOWN = new TreeMap<>();
 
+  /** Other names of options (flattened), as the Python sink accepts them. */
+  private static final Map<String, String> ALIASES =
+      Map.of("txnappid", "writeid", "txnversion", "writeversion");
+
   /** Options of the Python sink this writer does not implement, with the reason. */
   private static final Map<String, String> PYTHON_ONLY = new TreeMap<>();
 
@@ -32,16 +36,13 @@ final class WriteOptions implements Serializable {
     for (String n :
         new String[] {
           "endpoint", "segment", "path", "segments", "timeout", "connectTimeout",
-          "rowsPerEvent", "maxEventBytes", "compression", "create", "saveMode", "encoding"
+          "rowsPerEvent", "maxEventBytes", "compression", "create", "saveMode", "encoding",
+          "writeId", "writeVersion"
         }) {
       KNOWN.put(n.toLowerCase(Locale.ROOT), n);
     }
     String[][] python = {
       {"atomic", "atomic writes (option 'atomic')"},
-      {"writeId", "deterministic write identities (option 'writeId')"},
-      {"txnAppId", "deterministic write identities (option 'txnAppId')"},
-      {"writeVersion", "deterministic write identities (option 'writeVersion')"},
-      {"txnVersion", "deterministic write identities (option 'txnVersion')"},
       {"stream", "stream writes (option 'stream')"},
       {"controller", "stream writes (option 'controller')"},
       {"routingKeyColumn", "stream writes (option 'routingKeyColumn')"},
@@ -67,6 +68,8 @@ final class WriteOptions implements Serializable {
   final String compression; // none, lz4, zstd
   final boolean create;
   final String saveMode; // append, error, ignore
+  final String writeId; // null: a random identity per write
+  final Long writeVersion; // null: none
 
   private WriteOptions(Map<String, String> o) {
     // The endpoint, segments and timeouts are the reader's rules: parse them the same way.
@@ -97,6 +100,17 @@ final class WriteOptions implements Serializable {
     this.create = bool(o, "create", true);
     this.saveMode = choice(o, "savemode", "append", "append", "errorifexists", "error", "ignore")
         .replace("errorifexists", "error");
+    String id = o.get("writeid");
+    if (id != null && id.trim().isEmpty()) {
+      throw new IllegalArgumentException("segmentstore-jvm: option 'writeId' must not be empty");
+    }
+    this.writeId = id == null ? null : id.trim();
+    this.writeVersion =
+        o.containsKey("writeversion") ? number(o, "writeversion", 0, 0, Long.MAX_VALUE) : null;
+    if (writeVersion != null && writeId == null) {
+      throw new IllegalArgumentException(
+          "segmentstore-jvm: option 'writeVersion' needs 'writeId' (the application id)");
+    }
   }
 
   private static ReadOptions parseTarget(Map<String, String> read) {
@@ -120,6 +134,12 @@ final class WriteOptions implements Serializable {
           continue; // the default, said out loud
         }
         throw refuse(why);
+      }
+      key = ALIASES.getOrDefault(key, key);
+      if (o.containsKey(key)) {
+        throw new IllegalArgumentException(
+            "segmentstore-jvm: option '" + KNOWN.get(key) + "' is given twice (as '"
+                + e.getKey() + "' too)");
       }
       if (!KNOWN.containsKey(key)) {
         throw new IllegalArgumentException(
