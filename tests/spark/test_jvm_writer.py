@@ -537,3 +537,14 @@ def test_a_write_id_is_one_write_across_both_formats(spark: Any, endpoint: str, 
     assert _python(spark, endpoint, seg + "v").load().count() == 10_000
     msg = _error(lambda: _save(df, endpoint, seg, writeVersion="2"))
     assert "option 'writeVersion' needs 'writeId'" in msg, msg
+
+
+def test_a_streaming_write_is_refused_by_spark(
+    spark: Any, endpoint: str, seg: str, tmp_path: Any
+) -> None:
+    stream = spark.readStream.format("rate").option("rowsPerSecond", "10").load()
+    w = stream.writeStream.format(FORMAT).option("endpoint", endpoint).option("segment", seg)
+    w = w.option("checkpointLocation", str(tmp_path / "cp"))
+    msg = _error(lambda: w.start().awaitTermination(10))
+    # Spark's own line (no STREAMING_WRITE capability): the Python sink streams.
+    assert "Data source segmentstore-jvm does not support streamed writing" in msg, msg
