@@ -548,3 +548,29 @@ def test_a_streaming_write_is_refused_by_spark(
     msg = _error(lambda: w.start().awaitTermination(10))
     # Spark's own line (no STREAMING_WRITE capability): the Python sink streams.
     assert "Data source segmentstore-jvm does not support streamed writing" in msg, msg
+
+
+def test_a_failed_run_with_a_write_id_is_finished_by_the_next(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    from pyspark import TaskContext
+    from pyspark.sql.functions import col, udf
+
+    @udf("bigint")  # type: ignore[misc]
+    def fail_partition_1(i: int) -> int:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == 1 and i == 75_000:  # every attempt
+            raise RuntimeError("injected failure")
+        return i
+
+    n = 100_000
+    failing = _df(spark, n).withColumn("id", fail_partition_1(col("id")))
+    msg = _error(lambda: _save(failing, endpoint, seg, writeId="finish-me", rowsPerEvent="5000"))
+    assert "injected failure" in msg
+    stored = _python(spark, endpoint, seg).load().count()
+    assert 50_000 <= stored < n  # partition 0 complete, partition 1 in part
+    _save(_df(spark, n), endpoint, seg, writeId="finish-me", rowsPerEvent="5000")
+    p0, p1 = _report(spark)
+    assert p0["resumed_from"] == event_number(9) and p0["events"] == 0  # all held
+    assert p1["resumed_from"] > 0 and p1["events"] < 10
+    assert _fingerprint(_jvm(spark, endpoint, seg).load()) == _fingerprint(_df(spark, n))
