@@ -574,3 +574,54 @@ def test_a_failed_run_with_a_write_id_is_finished_by_the_next(
     assert p0["resumed_from"] == event_number(9) and p0["events"] == 0  # all held
     assert p1["resumed_from"] > 0 and p1["events"] < 10
     assert _fingerprint(_jvm(spark, endpoint, seg).load()) == _fingerprint(_df(spark, n))
+
+
+def test_an_attempt_of_an_aborted_run_stops(spark: Any) -> None:
+    """The task side of the fence: an attempt that finds its run's fence attribute set
+    (here: a server that says every attribute but the overwrite base is set) stops."""
+    from segmentstore_client.protocol import codec
+    from segmentstore_client.protocol.commands import (
+        DataAppended,
+        GetSegmentAttribute,
+        SegmentAttribute,
+    )
+    from segmentstore_client.spark.options import BASE_ATTRIBUTE
+
+    def ack(req: Any) -> list[Any]:
+        return [
+            codec.encode(DataAppended(req.writer_id, req.last_event_number, -1, req.request_id, 0))
+        ]
+
+    appends = _write_lie(ack)
+
+    def lie(req: Any) -> list[Any] | None:
+        if isinstance(req, GetSegmentAttribute) and req.attribute_id != BASE_ATTRIBUTE:
+            return [codec.encode(SegmentAttribute(req.request_id, 1))]
+        return appends(req)
+
+    msg = _fails_to_write(spark, lie)
+    assert "partition 0: the driver aborted write" in msg and "this attempt stops" in msg, msg
+
+
+def test_an_aborted_run_sets_its_fence(spark: Any, endpoint: str, seg: str) -> None:
+    import re
+
+    from pyspark import TaskContext
+    from pyspark.sql.functions import col, udf
+    from segmentstore_client.spark.options import fence_attribute
+
+    @udf("bigint")  # type: ignore[misc]
+    def fail_partition_1(i: int) -> int:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == 1 and i == 15_000:  # every attempt
+            raise RuntimeError("injected failure")
+        return i
+
+    failing = _df(spark, 20_000).withColumn("id", fail_partition_1(col("id")))
+    assert "injected failure" in _error(lambda: _save(failing, endpoint, seg))
+    line = spark._jvm.io.segmentstore.spark.JvmWrite.lastAbort()
+    assert "aborted: non-atomic write, the targets keep what was written" in line, line
+    assert "1 of 2 partition(s) complete" in line and "the write had no writeId" in line, line
+    run = uuid.UUID(re.search(r"\(run ([0-9a-f-]{36})\)", line).group(1))  # type: ignore[union-attr]
+    with sync.connect(endpoint) as c:
+        assert c.get_attribute(seg, fence_attribute(run)) == 1

@@ -21,6 +21,8 @@ import org.apache.spark.sql.types.StructType;
 
 final class EventWriter implements DataWriter<InternalRow> {
   static final int PIECE_BITS = 21;
+  /** writer.py FENCE_CHECK_INTERVAL: how often a writing attempt looks for the fence. */
+  static final long FENCE_CHECK_NANOS = 200_000_000L;
 
   /** options.py event_number: the number of piece {@code piece} of group {@code group}. */
   static long eventNumber(long group, int piece) {
@@ -72,6 +74,9 @@ final class EventWriter implements DataWriter<InternalRow> {
   private final Commit msg;
   private final String markerScope; // null: no writeId, no commit marker
   private final long markerSeq;
+  private final UUID identity;
+  private final UUID run;
+  private long fenceChecked; // System.nanoTime() of the last fence check
   private BufferAllocator allocator;
   private EventEncoder encoder;
   private WireClient client;
@@ -81,8 +86,10 @@ final class EventWriter implements DataWriter<InternalRow> {
   private int inGroup; // rows of it seen so far
   private boolean skipping; // the server holds the whole group: rows are only counted
 
-  EventWriter(WriteOptions options, StructType schema, UUID identity, String markerScope,
-      long markerSeq, int partition, int attempt) {
+  EventWriter(WriteOptions options, StructType schema, UUID identity, UUID run,
+      String markerScope, long markerSeq, int partition, int attempt) {
+    this.identity = identity;
+    this.run = run;
     this.options = options;
     this.schema = schema;
     this.markerScope = markerScope;
@@ -126,6 +133,7 @@ final class EventWriter implements DataWriter<InternalRow> {
       msg.skipped = true; // as writer.py: a committed writeId is not written again
       return;
     }
+    stopIfFenced();
     pipe = new AppendPipe(client, writer, msg.target);
     held = pipe.held();
     msg.resumedFrom = held;
@@ -133,7 +141,28 @@ final class EventWriter implements DataWriter<InternalRow> {
     encoder = new EventEncoder(allocator, schema, options.compression, options.maxEventBytes);
   }
 
+  /**
+   * The driver's abort sets the run's fence attribute on the targets (writer.py
+   * _stop_if_fenced): an attempt still writing then stops. Asked on the append connection
+   * once the appends in flight are acknowledged (replies come in order).
+   */
+  private void stopIfFenced() throws IOException {
+    if (pipe != null) {
+      pipe.drain();
+    }
+    long value = client.attribute(msg.target, WriteIds.fence(run));
+    fenceChecked = System.nanoTime();
+    if (value != WireClient.NULL_ATTRIBUTE) {
+      throw new IOException(
+          "segmentstore-jvm: partition " + msg.partition + ": the driver aborted write "
+              + identity + " (run " + run + "); this attempt stops");
+    }
+  }
+
   private void endGroup() throws IOException {
+    if (!skipping && System.nanoTime() - fenceChecked >= FENCE_CHECK_NANOS) {
+      stopIfFenced();
+    }
     if (!skipping) {
       int piece = 0;
       for (EventEncoder.Piece p : encoder.pieces()) {

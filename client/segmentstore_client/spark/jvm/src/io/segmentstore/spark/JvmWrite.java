@@ -31,10 +31,12 @@ import org.slf4j.LoggerFactory;
 public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, BatchWrite {
   private static final Logger LOG = LoggerFactory.getLogger("io.segmentstore.spark");
   private static volatile String lastReport = "";
+  private static volatile String lastAbort = "";
 
   private final WriteOptions options;
   private final StructType schema;
   private final UUID identity;
+  private final UUID run = UUID.randomUUID(); // names this run's fence
   private final String markerScope; // null: no writeId
   private final long markerSeq;
   private boolean ignore;
@@ -56,6 +58,11 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
   /** The last committed write's partitions (JSON), on this driver: for tests and tools. */
   public static String lastReport() {
     return lastReport;
+  }
+
+  /** The last aborted write's WARN line, on this driver (it names the run). */
+  public static String lastAbort() {
+    return lastAbort;
   }
 
   /** The writer id of a partition (options.py writer_id), for checks against the Python sink. */
@@ -123,7 +130,7 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
 
   @Override
   public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
-    return new Factory(options, schema, identity, markerScope, markerSeq, ignore);
+    return new Factory(options, schema, identity, run, markerScope, markerSeq, ignore);
   }
 
   @Override
@@ -157,6 +164,7 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
 
   @Override
   public void abort(WriterCommitMessage[] messages) {
+    String fenced = fence();
     int done = 0;
     for (WriterCommitMessage m : messages) {
       done += m == null ? 0 : 1;
@@ -168,10 +176,25 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
             + (options.writeVersion == null ? ""
                 : ".option('writeVersion', " + options.writeVersion + ") ")
             + "to finish it without duplicates";
-    LOG.warn("segmentstore-jvm write {} to {} aborted: non-atomic write, the targets keep what "
-            + "was written ({} of {} partition(s) complete; incomplete ones keep their durable "
-            + "events); {}", identity, String.join(",", options.segments), done,
-        messages.length, hint);
+    String line = "segmentstore-jvm write " + identity + " (run " + run + ") to "
+        + String.join(",", options.segments) + " aborted" + fenced + ": non-atomic write, the "
+        + "targets keep what was written (" + done + " of " + messages.length + " partition(s) "
+        + "complete; incomplete ones keep their durable events); " + hint;
+    lastAbort = line;
+    LOG.warn(line);
+  }
+
+  /** Sets the run's fence on every target (attempts still writing stop); "" if done. */
+  private String fence() {
+    try (WireClient c = new WireClient(
+        options.host, options.port, options.timeoutMillis, options.connectTimeoutMillis)) {
+      for (String seg : options.segments) {
+        Markers.raiseTo(c, seg, WriteIds.fence(run), 1);
+      }
+      return "";
+    } catch (IOException e) {
+      return " (the run's fence could not be set: " + e.getMessage() + ")";
+    }
   }
 
   static final class Factory implements DataWriterFactory {
@@ -179,15 +202,17 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
     private final WriteOptions options;
     private final StructType schema;
     private final UUID identity;
+    private final UUID run;
     private final String markerScope;
     private final long markerSeq;
     private final boolean ignore;
 
-    Factory(WriteOptions options, StructType schema, UUID identity, String markerScope,
-        long markerSeq, boolean ignore) {
+    Factory(WriteOptions options, StructType schema, UUID identity, UUID run,
+        String markerScope, long markerSeq, boolean ignore) {
       this.options = options;
       this.schema = schema;
       this.identity = identity;
+      this.run = run;
       this.markerScope = markerScope;
       this.markerSeq = markerSeq;
       this.ignore = ignore;
@@ -201,7 +226,7 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
         return new Discard(partitionId, attempt, options.targetOf(partitionId));
       }
       return new EventWriter(
-          options, schema, identity, markerScope, markerSeq, partitionId, attempt);
+          options, schema, identity, run, markerScope, markerSeq, partitionId, attempt);
     }
   }
 

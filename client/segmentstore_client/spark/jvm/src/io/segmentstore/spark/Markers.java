@@ -61,7 +61,7 @@ final class Markers {
   }
 
   /** Raises {@code attribute} of {@code target} to at least {@code value}. */
-  private static void raiseTo(WireClient c, String target, UUID attribute, long value)
+  static void raiseTo(WireClient c, String target, UUID attribute, long value)
       throws IOException {
     for (int i = 0; i < CAS_TRIES; i++) {
       long current = c.attribute(target, attribute);

@@ -36,6 +36,11 @@ final class WriteIds {
     return Planner.uuid5(Planner.NAMESPACE, "commit|" + scope);
   }
 
+  /** options.py fence_attribute: set on the targets when a run is aborted. */
+  static UUID fence(UUID run) {
+    return Planner.uuid5(Planner.NAMESPACE, "fence|" + run);
+  }
+
   static UUID fingerprint(String kind, String scope, long seq) {
     return Planner.uuid5(Planner.NAMESPACE, kind + "|" + scope + "|" + seq);
   }
