@@ -618,10 +618,14 @@ def test_an_aborted_run_sets_its_fence(spark: Any, endpoint: str, seg: str) -> N
         return i
 
     failing = _df(spark, 20_000).withColumn("id", fail_partition_1(col("id")))
-    assert "injected failure" in _error(lambda: _save(failing, endpoint, seg))
+    assert "injected failure" in _error(lambda: _save(failing, endpoint, seg, rowsPerEvent="2500"))
     line = spark._jvm.io.segmentstore.spark.JvmWrite.lastAbort()
     assert "aborted: non-atomic write, the targets keep what was written" in line, line
     assert "1 of 2 partition(s) complete" in line and "the write had no writeId" in line, line
     run = uuid.UUID(re.search(r"\(run ([0-9a-f-]{36})\)", line).group(1))  # type: ignore[union-attr]
+    # One line per partition, as the Python sink's abort reports (partition 1 failed at
+    # its row 5,000, after its first 5,000-row group... or fewer, if not yet durable).
+    assert re.search(rf"partition 0 -> {seg} \(writer [0-9a-f-]+\): complete, 10000 row", line)
+    assert re.search(rf"partition 1 -> {seg} \(writer [0-9a-f-]+\): (incomplete|nothing)", line)
     with sync.connect(endpoint) as c:
         assert c.get_attribute(seg, fence_attribute(run)) == 1

@@ -164,7 +164,8 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
 
   @Override
   public void abort(WriterCommitMessage[] messages) {
-    String fenced = fence();
+    List<String> lines = new ArrayList<>();
+    String fenced = fenceAndReport(messages, lines);
     int done = 0;
     for (WriterCommitMessage m : messages) {
       done += m == null ? 0 : 1;
@@ -180,21 +181,71 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
         + String.join(",", options.segments) + " aborted" + fenced + ": non-atomic write, the "
         + "targets keep what was written (" + done + " of " + messages.length + " partition(s) "
         + "complete; incomplete ones keep their durable events); " + hint;
-    lastAbort = line;
-    LOG.warn(line);
+    lines.add(0, line);
+    lastAbort = String.join("\n", lines);
+    LOG.warn(lastAbort);
   }
 
-  /** Sets the run's fence on every target (attempts still writing stop); "" if done. */
-  private String fence() {
+  /**
+   * Sets the run's fence on every target (attempts still writing stop), then adds one line
+   * per partition saying what it left (commit.py _left_behind), from its writer's last
+   * durable event number once two reads in a row agree; "" if done, else why not.
+   */
+  private String fenceAndReport(WriterCommitMessage[] messages, List<String> lines) {
     try (WireClient c = new WireClient(
         options.host, options.port, options.timeoutMillis, options.connectTimeoutMillis)) {
       for (String seg : options.segments) {
         Markers.raiseTo(c, seg, WriteIds.fence(run), 1);
       }
+      long[] last = lastNumbers(c, messages.length);
+      long until = System.nanoTime() + Math.min(5_000L, options.timeoutMillis) * 1_000_000L;
+      while (System.nanoTime() < until) {
+        Thread.sleep(250);
+        long[] now = lastNumbers(c, messages.length);
+        if (java.util.Arrays.equals(now, last)) {
+          break;
+        }
+        last = now;
+      }
+      for (int p = 0; p < messages.length; p++) {
+        lines.add(leftBehind(p, (EventWriter.Commit) messages[p], last[p]));
+      }
       return "";
     } catch (IOException e) {
       return " (the run's fence could not be set: " + e.getMessage() + ")";
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return " (interrupted while reporting)";
     }
+  }
+
+  private long[] lastNumbers(WireClient c, int partitions) throws IOException {
+    long[] out = new long[partitions];
+    for (int p = 0; p < partitions; p++) {
+      String target = options.targetOf(p);
+      out[p] = c.attribute(target, EventWriter.writerId(identity, target, p));
+    }
+    return out;
+  }
+
+  private String leftBehind(int p, EventWriter.Commit msg, long last) {
+    String target = options.targetOf(p);
+    String where = "partition " + p + " -> " + target + " (writer "
+        + EventWriter.writerId(identity, target, p) + ")";
+    if (msg != null) {
+      return msg.skipped ? where + ": already committed earlier; nothing written"
+          : where + ": complete, " + msg.rows + " row(s) in events up to number "
+              + msg.lastEventNumber;
+    }
+    if (last == WireClient.NULL_ATTRIBUTE || last < 1) {
+      return where + ": nothing written";
+    }
+    long group = (last - 1) >> EventWriter.PIECE_BITS;
+    long piece = ((last - 1) & ((1L << EventWriter.PIECE_BITS) - 1)) / 2;
+    long rows = (group + 1) * options.rowsPerEvent;
+    return where + ": incomplete; events up to number " + last + " (row group " + group
+        + ", piece " + piece + ") are durable: rows 0.." + (rows - 1)
+        + ", fewer if that group was split into pieces";
   }
 
   static final class Factory implements DataWriterFactory {
