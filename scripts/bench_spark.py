@@ -28,7 +28,9 @@ MB/s counts the bytes each sink stores (segment length; Parquet files' size).
 
 ``segmentstore-jvm`` rows (on by default, ``--no-jvm`` to skip; needs a JDK) read the same
 arrow segments through the JVM columnar reader (``segmentstore_client.spark.jvm``), its one
-column read with ``.select("id")`` as Parquet's, alternating with the others.
+column read with ``.select("id")`` as Parquet's, alternating with the others; its write row
+writes the same DataFrame with ``format("segmentstore-jvm")`` (the JVM sink, same events)
+to its own segment, alternating with Parquet's and the Python sink's writes.
 """
 
 from __future__ import annotations
@@ -291,11 +293,15 @@ def main() -> int:
                 timer.run(pq_write, partial(df.write.parquet, path), timed=i > 0)
                 for v in variants + tuned:
                     timer.run(v.write, partial(v.save, df, endpoint, i), timed=i > 0)
+                    if v.jvm:
+                        timer.run(v.jvm_write, partial(v.save_jvm, df, endpoint, i), i > 0)
             pq_size = dir_bytes(pq / "run1")
             pq_data = str(pq / "run1")
             with sync.connect(endpoint) as client:
                 for v in variants + tuned:
                     v.size = client.segment_info(v.segment(1)).length
+                    if v.jvm:
+                        v.jvm_size = client.segment_info(v.segment(1, jvm=True)).length
 
             if ns.writes_only or tuned:
                 _report_writes(ns.rows, pq_write, pq_size, variants + tuned)
@@ -335,6 +341,7 @@ def main() -> int:
                 if v.jvm:
                     parts = v.load_jvm(spark, endpoint).rdd.getNumPartitions()
                     _report(ns.rows, v.jvm_name, None, v.size, v.jvm_read, v.jvm_one, parts)
+                    _report_jvm_write(ns.rows, v)
             print(f"{'spark floor (noop over 2 rows)':28s} {floor.text()}")
 
             print(
@@ -355,8 +362,10 @@ def main() -> int:
                 else:
                     print(f"  {v.name:28s} {w}")
                 if v.jvm:
+                    jw = f"write {_ratio(pq_write.wall, v.jvm_write.wall)}"
+                    jw += f"  write cpu {_ratio(pq_write.cpu, v.jvm_write.cpu)}"
                     print(
-                        f"  {v.jvm_name:28s} {'':19s}"
+                        f"  {v.jvm_name:28s} {jw}"
                         f"  read {_ratio(pq_read.wall, v.jvm_read.wall)}"
                         f"  read cpu {_ratio(pq_read.cpu, v.jvm_read.cpu)}"
                         f"  six/one column {_six_one(v.jvm_read, v.jvm_one, floor)}"
@@ -382,6 +391,8 @@ class Variant:
     jvm: bool = False
     jvm_read: Figure = field(default_factory=Figure)
     jvm_one: Figure = field(default_factory=Figure)
+    jvm_write: Figure = field(default_factory=Figure)
+    jvm_size: int = 0
     conf: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -393,8 +404,21 @@ class Variant:
     def jvm_name(self) -> str:
         return f"segmentstore-jvm {self.encoding}/{self.compression}"
 
-    def segment(self, run: int) -> str:
-        return f"bench/{self.tag}/run{run}"
+    def segment(self, run: int, jvm: bool = False) -> str:
+        return f"bench/{self.tag}{'-jvm' if jvm else ''}/run{run}"
+
+    def save_jvm(self, df: Any, endpoint: str, run: int) -> None:
+        """The JVM sink's write of ``df`` (Spark's default session settings)."""
+        from segmentstore_client.spark.jvm import FORMAT
+
+        (
+            df.write.format(FORMAT)
+            .option("endpoint", endpoint)
+            .option("segment", self.segment(run, jvm=True))
+            .option("compression", self.compression)
+            .mode("append")
+            .save()
+        )
 
     def save(self, df: Any, endpoint: str, run: int) -> None:
         conf = df.sparkSession.conf
@@ -441,10 +465,20 @@ class Variant:
         return r.load()
 
 
+def _report_jvm_write(rows: int, v: Variant) -> None:
+    w = statistics.median(v.jvm_write.wall)
+    mb = v.jvm_size / 1e6
+    print(
+        f"{'':28s} write {v.jvm_write.text()} {rows / w:>10,.0f} rows/s {mb / w:6.1f} MB/s"
+        f" | stored {mb:6.1f} MB (segmentstore-jvm sink)"
+    )
+
+
 def _report_writes(rows: int, pq_write: Figure, pq_size: int, variants: list[Variant]) -> None:
-    for name, fig, size in [("parquet", pq_write, pq_size)] + [
-        (v.name, v.write, v.size) for v in variants
-    ]:
+    jvm = [(v.jvm_name, v.jvm_write, v.jvm_size) for v in variants if v.jvm and v.jvm_write.wall]
+    for name, fig, size in (
+        [("parquet", pq_write, pq_size)] + [(v.name, v.write, v.size) for v in variants] + jvm
+    ):
         w = statistics.median(fig.wall)
         print(
             f"{name:46s} write {fig.text()} {rows / w:>10,.0f} rows/s {size / 1e6 / w:6.1f} MB/s"
@@ -456,6 +490,11 @@ def _report_writes(rows: int, pq_write: Figure, pq_size: int, variants: list[Var
             f"  {v.name:46s} write {_ratio(pq_write.wall, v.write.wall)}"
             f"  write cpu {_ratio(pq_write.cpu, v.write.cpu)}"
         )
+        if v.jvm and v.jvm_write.wall:
+            print(
+                f"  {v.jvm_name:46s} write {_ratio(pq_write.wall, v.jvm_write.wall)}"
+                f"  write cpu {_ratio(pq_write.cpu, v.jvm_write.cpu)}"
+            )
     print(f"load average at the end: {_load()}")
 
 

@@ -1,9 +1,9 @@
 // Error replies of the wire protocol (wire-protocol.md section 6.7) as one IOException
 // each, naming the segment (and the offset, where a read asked for one) and what to do.
-// Every error reply this reader knows leads with the request id, which must be the
-// waiting request's; a reply type this reader does not expect is a protocol error. Only
-// the leading fields are read; a body too short for them throws EOFException, which the
-// caller reports as a malformed reply.
+// Every error reply leads with the request id (InvalidEventNumber: after the writer id),
+// which must be the waiting request's; a reply type this client does not expect is a
+// protocol error. Only the leading fields are read; a body too short for them throws
+// EOFException, which the caller reports as a malformed reply.
 package io.segmentstore.spark;
 
 import java.io.DataInputStream;
@@ -21,6 +21,10 @@ final class ReplyErrors {
       return new IOException(
           "segmentstore-jvm: " + ep + " sent an unexpected reply of type " + type + " ("
               + WireClient.where(segment, offset) + ")");
+    }
+    if (type == 55) { // InvalidEventNumber: writer id, then the request id
+      r.readLong();
+      r.readLong();
     }
     long got = r.readLong();
     if (got != id) {
@@ -44,12 +48,16 @@ final class ReplyErrors {
               prefix + "the segment is truncated at " + start + "; data before it is no longer"
                   + " readable (SegmentIsTruncated)");
         }
+      case 55:
+        return new IOException(
+            prefix + ep + " refused an event number (InvalidEventNumber): another writer with "
+                + "this writer id is writing, or the connection lost its append session");
       case 57:
         return new IOException(prefix + ep + " does not support " + r.readUTF());
       case 60:
         return new IOException(
-            prefix + ep + " requires authentication (AuthTokenCheckFailed); the JVM reader "
-                + "sends no token: read with format('segmentstore') and 'credentials'");
+            prefix + ep + " requires authentication (AuthTokenCheckFailed); segmentstore-jvm "
+                + "sends no token: use format('segmentstore') and 'credentials'");
       default: // 61
         r.readUTF();
         return new IOException(prefix + "the server refused the request: " + r.readUTF());
@@ -64,6 +72,8 @@ final class ReplyErrors {
         return "SegmentIsSealed";
       case 53:
         return "NoSuchSegment";
+      case 55:
+        return "InvalidEventNumber";
       case 56:
         return "SegmentIsTruncated";
       case 57:

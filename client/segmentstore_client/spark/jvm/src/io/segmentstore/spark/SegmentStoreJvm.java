@@ -1,9 +1,11 @@
 // The DataSource V2 entry point, format "segmentstore-jvm" (or this class's name): a batch
 // reader of segments written by the Spark sink (encoding=arrow) that runs in the JVM and
-// hands Spark ColumnarBatches of Arrow vectors, as Parquet's vectorized reader does. The
-// Python source "segmentstore" stays the default and keeps everything else (writes,
-// streaming, streams, TLS, credentials, raw/records output, MessagePack rows); options
-// only it supports are refused here with one line saying so. Found by Spark through
+// hands Spark ColumnarBatches of Arrow vectors, as Parquet's vectorized reader does, and a
+// batch writer of the same events (JvmWrite, EventWriter) that never crosses into a Python
+// worker. The Python source "segmentstore" stays the default and keeps everything else
+// (atomic, overwrite and writeId writes, streaming, streams, TLS, credentials, raw/records
+// output, MessagePack rows); options only it supports are refused here with one line
+// saying so. Found by Spark through
 // META-INF/services/org.apache.spark.sql.sources.DataSourceRegister once the jar is on
 // spark.jars (segmentstore_client.spark.jvm.jar_path() builds it).
 package io.segmentstore.spark;
@@ -16,6 +18,7 @@ import java.util.Map;
 import java.util.Set;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.catalog.TableProvider;
@@ -26,6 +29,8 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -93,22 +98,30 @@ public final class SegmentStoreJvm implements TableProvider, DataSourceRegister 
   @Override
   public Table getTable(
       StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    ReadOptions o = ReadOptions.parse(properties);
-    return new SegmentTable(o, selected(o, schema));
+    // One table serves reads and writes (Spark does not say which): options that are not
+    // a read's fail a read when it is planned, and a write checks its own (WriteOptions).
+    try {
+      ReadOptions o = ReadOptions.parse(properties);
+      return new SegmentTable(o, null, selected(o, schema));
+    } catch (IllegalArgumentException e) {
+      return new SegmentTable(null, e, schema);
+    }
   }
 
-  static final class SegmentTable implements Table, SupportsRead {
-    private final ReadOptions options;
+  static final class SegmentTable implements Table, SupportsRead, SupportsWrite {
+    private final ReadOptions options; // null: the options are not a read's (readError)
+    private final IllegalArgumentException readError;
     private final StructType schema;
 
-    SegmentTable(ReadOptions options, StructType schema) {
+    SegmentTable(ReadOptions options, IllegalArgumentException readError, StructType schema) {
       this.options = options;
+      this.readError = readError;
       this.schema = schema;
     }
 
     @Override
     public String name() {
-      return SHORT_NAME + ":" + String.join(",", options.segments);
+      return SHORT_NAME + (options == null ? "" : ":" + String.join(",", options.segments));
     }
 
     @Override
@@ -119,12 +132,23 @@ public final class SegmentStoreJvm implements TableProvider, DataSourceRegister 
 
     @Override
     public Set<TableCapability> capabilities() {
-      return EnumSet.of(TableCapability.BATCH_READ);
+      // ACCEPT_ANY_SCHEMA: a write stores its DataFrame's schema as it is (nullability
+      // included), as the Python sink does; TRUNCATE only to refuse overwrite in one line.
+      return EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE,
+          TableCapability.TRUNCATE, TableCapability.ACCEPT_ANY_SCHEMA);
     }
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap ignored) {
+      if (options == null) {
+        throw readError;
+      }
       return new SegmentScan(options, schema);
+    }
+
+    @Override
+    public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+      return new JvmWrite(info);
     }
   }
 

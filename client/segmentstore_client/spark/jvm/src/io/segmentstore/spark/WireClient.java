@@ -1,6 +1,8 @@
-// A blocking client for the few Pravega wire commands a batch read needs, over one plain
-// TCP socket: Hello, GetStreamSegmentInfo, GetSegmentAttribute and ReadSegment, with their
-// error replies turned into one IOException naming the segment. Layouts: the SDK's
+// A blocking client for the few Pravega wire commands a batch read or write needs, over
+// one plain TCP socket: Hello, GetStreamSegmentInfo, GetSegmentAttribute and ReadSegment,
+// and for the writer CreateSegment, SetupAppend and end-only AppendBlockEnds (sent
+// without waiting; their DataAppended replies are collected in order by AppendPipe), with
+// their error replies turned into one IOException naming the segment. Layouts: the SDK's
 // protocol/commands_*.py and /work/shared/protocol/wire-protocol.md (sections 2-6); strings
 // are Java's modified UTF-8, which DataOutputStream.writeUTF/readUTF speak natively.
 // The peer is not trusted: each reply must arrive whole within the timeout (one deadline
@@ -25,9 +27,14 @@ import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketException;
 import java.net.SocketTimeoutException;
+import java.nio.ByteBuffer;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
 
 final class WireClient implements Closeable {
   static final int HELLO = -127;
@@ -37,6 +44,15 @@ final class WireClient implements Closeable {
   static final int INFO = 12;
   static final int GET_ATTRIBUTE = 34;
   static final int ATTRIBUTE = 35;
+  static final int SETUP_APPEND = 1;
+  static final int APPEND_SETUP = 2;
+  static final int APPEND_BLOCK_END = 4;
+  static final int DATA_APPENDED = 7;
+  static final int CREATE_SEGMENT = 20;
+  static final int SEGMENT_CREATED = 21;
+  static final int SEGMENT_ALREADY_EXISTS = 52;
+  static final int UPDATE_ATTRIBUTE = 36;
+  static final int ATTRIBUTE_UPDATED = 37;
   static final int WIRE_VERSION = 17;
   static final int OLDEST_VERSION = 5;
   static final int MAX_FRAME = 0x00FFFFFF;
@@ -97,14 +113,20 @@ final class WireClient implements Closeable {
   private int frameLen;
 
   WireClient(ReadOptions o) throws IOException {
-    this.endpoint = o.endpoint();
-    this.timeoutMillis = o.timeoutMillis;
+    this(o.host, o.port, o.timeoutMillis, o.connectTimeoutMillis);
+  }
+
+  WireClient(String host, int port, int timeoutMillis, int connectTimeoutMillis)
+      throws IOException {
+    this.endpoint = host + ":" + port;
+    this.timeoutMillis = timeoutMillis;
     Socket s = new Socket();
     try {
       s.setTcpNoDelay(true);
       s.setReceiveBufferSize(4 << 20);
-      s.connect(new InetSocketAddress(o.host, o.port), o.connectTimeoutMillis);
-      s.setSoTimeout(o.timeoutMillis);
+      s.setSendBufferSize(4 << 20);
+      s.connect(new InetSocketAddress(host, port), connectTimeoutMillis);
+      s.setSoTimeout(timeoutMillis);
     } catch (IOException e) {
       s.close();
       throw new IOException(
@@ -171,6 +193,31 @@ final class WireClient implements Closeable {
     }
   }
 
+  /**
+   * UpdateSegmentAttribute: sets {@code attribute} to {@code value} if it holds
+   * {@code expected} ({@link #NULL_ATTRIBUTE}: unset); true if it did.
+   */
+  boolean compareAndSetAttribute(String segment, UUID attribute, long value, long expected)
+      throws IOException {
+    long id = nextId++;
+    Payload p = new Payload();
+    p.out.writeLong(id);
+    p.out.writeUTF(segment);
+    p.out.writeLong(attribute.getMostSignificantBits());
+    p.out.writeLong(attribute.getLeastSignificantBits());
+    p.out.writeLong(value);
+    p.out.writeLong(expected);
+    p.out.writeUTF("");
+    send(UPDATE_ATTRIBUTE, p.bytes(), segment);
+    DataInputStream r = expect(ATTRIBUTE_UPDATED, id, segment, -1);
+    try {
+      checkId(r.readLong(), id, "SegmentAttributeUpdated", segment);
+      return r.readBoolean();
+    } catch (EOFException e) {
+      throw malformed("SegmentAttributeUpdated", segment, -1, e);
+    }
+  }
+
   /** Sends a ReadSegment and returns its request id; {@link #readReply} collects it. */
   long requestRead(String segment, long offset, int length) throws IOException {
     long id = nextId++;
@@ -228,6 +275,14 @@ final class WireClient implements Closeable {
 
   private DataInputStream expect(int type, long id, String segment, long offset)
       throws IOException {
+    return expect(type, type, id, segment, offset);
+  }
+
+  /** The type of the reply expect() returned last (one of its two accepted types). */
+  private int replyType;
+
+  private DataInputStream expect(int type, int alt, long id, String segment, long offset)
+      throws IOException {
     // Replies to other requests cannot arrive: this client has one request in flight per
     // kind and reads replies in order. KeepAlive (100) and Hello frames are skipped. The
     // whole reply, however many frames and bytes, must arrive within the timeout.
@@ -274,7 +329,8 @@ final class WireClient implements Closeable {
           checkHello(r, segment);
           continue;
         }
-        if (t == type) {
+        if (t == type || t == alt) {
+          replyType = t;
           return r;
         }
         try {
@@ -346,6 +402,123 @@ final class WireClient implements Closeable {
       throw new IOException(
           "segmentstore-jvm: cannot send to " + endpoint + " (segment '" + segment + "'): "
               + e.getMessage(), e);
+    }
+  }
+
+  String endpointName() {
+    return endpoint;
+  }
+
+  /** CreateSegment (no scaling policy): true if created, false if it already existed. */
+  boolean createSegment(String segment) throws IOException {
+    long id = nextId++;
+    Payload p = new Payload();
+    p.out.writeLong(id);
+    p.out.writeUTF(segment);
+    p.out.writeInt(0); // target rate
+    p.out.writeByte(0); // scale type: fixed
+    p.out.writeUTF("");
+    p.out.writeLong(0); // rollover size: the server's default
+    send(CREATE_SEGMENT, p.bytes(), segment);
+    DataInputStream r = expect(SEGMENT_CREATED, SEGMENT_ALREADY_EXISTS, id, segment, -1);
+    try {
+      checkId(r.readLong(), id, "SegmentCreated", segment);
+    } catch (EOFException e) {
+      throw malformed("SegmentCreated", segment, -1, e);
+    }
+    return replyType == SEGMENT_CREATED;
+  }
+
+  /** SetupAppend: the last event number the server holds for {@code writer} (or <= 0). */
+  long setupAppend(UUID writer, String segment) throws IOException {
+    long id = nextId++;
+    Payload p = new Payload();
+    p.out.writeLong(id);
+    p.out.writeLong(writer.getMostSignificantBits());
+    p.out.writeLong(writer.getLeastSignificantBits());
+    p.out.writeUTF(segment);
+    p.out.writeUTF("");
+    send(SETUP_APPEND, p.bytes(), segment);
+    DataInputStream r = expect(APPEND_SETUP, id, segment, -1);
+    try {
+      checkId(r.readLong(), id, "AppendSetup", segment);
+      checkSegment(r.readUTF(), segment, "AppendSetup");
+      UUID got = new UUID(r.readLong(), r.readLong());
+      if (!got.equals(writer)) {
+        throw protocol("an AppendSetup for writer " + got + " (set up: " + writer + ")", segment);
+      }
+      return r.readLong();
+    } catch (EOFException | UTFDataFormatException e) {
+      throw malformed("AppendSetup", segment, -1, e);
+    }
+  }
+
+  /**
+   * Sends one event as an end-only AppendBlockEnd without waiting for its DataAppended
+   * ({@link #appended} reads it); returns the request id. The write is bounded by the
+   * timeout: a peer that stops reading gets the socket closed under the blocked write.
+   */
+  long sendAppend(UUID writer, String segment, byte[] event, long eventNumber)
+      throws IOException {
+    long id = nextId++;
+    ByteBuffer head = ByteBuffer.allocate(8 + 16 + 4 + 4 + 8);
+    int records = 8 + event.length;
+    head.putInt(APPEND_BLOCK_END).putInt(16 + 4 + 4 + records + 4 + 8 + 8);
+    head.putLong(writer.getMostSignificantBits()).putLong(writer.getLeastSignificantBits());
+    head.putInt(records).putInt(records); // sizeOfWholeEvents, then the data's length
+    head.putInt(0).putInt(event.length); // the Event record's header
+    ByteBuffer tail = ByteBuffer.allocate(20);
+    tail.putInt(1).putLong(eventNumber).putLong(id);
+    ScheduledFuture<?> watchdog =
+        WATCHDOG.schedule(this::closeQuietly, timeoutMillis, TimeUnit.MILLISECONDS);
+    try {
+      out.write(head.array());
+      out.write(event);
+      out.write(tail.array());
+      out.flush();
+    } catch (IOException e) {
+      String why = watchdog.cancel(false) ? e.getMessage() : "the server took no data for "
+          + timeoutMillis + " ms";
+      throw new IOException(
+          "segmentstore-jvm: cannot send to " + endpoint + " (segment '" + segment + "'): "
+              + why, e);
+    }
+    watchdog.cancel(false);
+    return id;
+  }
+
+  /** The DataAppended answering append request {@code id}: its event number. */
+  long appended(UUID writer, String segment, long id) throws IOException {
+    DataInputStream r = expect(DATA_APPENDED, id, segment, -1);
+    try {
+      UUID got = new UUID(r.readLong(), r.readLong());
+      long number = r.readLong();
+      if (!got.equals(writer)) {
+        throw protocol("a DataAppended for writer " + got + " (writing: " + writer + ")", segment);
+      }
+      if (r.available() >= 16) {
+        r.readLong(); // previous event number
+        checkId(r.readLong(), id, "DataAppended", segment);
+      }
+      return number;
+    } catch (EOFException e) {
+      throw malformed("DataAppended", segment, -1, e);
+    }
+  }
+
+  private static final ScheduledExecutorService WATCHDOG =
+      Executors.newSingleThreadScheduledExecutor(
+          r -> {
+            Thread t = new Thread(r, "segmentstore-jvm-write-watchdog");
+            t.setDaemon(true);
+            return t;
+          });
+
+  private void closeQuietly() {
+    try {
+      socket.close();
+    } catch (IOException e) {
+      // closing is the point; nothing more to do
     }
   }
 
