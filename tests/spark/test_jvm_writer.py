@@ -318,14 +318,17 @@ def test_one_row_over_the_event_limit_is_one_clear_error(
 
 class _CuttingProxy:
     """A TCP proxy to the server that closes a connection once its client has sent more
-    than ``limit`` bytes (a server that goes away in the middle of a write)."""
+    than ``limit`` bytes (a server that goes away in the middle of a write), or with
+    ``stall`` stops reading from the client there and keeps the connection open (a server
+    that takes no more data)."""
 
-    def __init__(self, endpoint: str, limit: int) -> None:
+    def __init__(self, endpoint: str, limit: int, stall: bool = False) -> None:
         import threading
 
         host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
         self._target = (host, int(port))
         self._limit = limit
+        self._stall = stall
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
         self.endpoint = f"tcp://127.0.0.1:{self._listener.getsockname()[1]}"
@@ -360,6 +363,8 @@ class _CuttingProxy:
                     break
                 sent += len(data)
                 if limit is not None and sent > limit:
+                    if self._stall:  # read nothing more; the client's writes back up
+                        self._stop.wait(60)
                     break
                 dst.sendall(data)
         except OSError:
@@ -389,6 +394,28 @@ def test_a_server_that_closes_mid_write_fails_the_job_in_one_line(
         proxy.close()
     first = next(line for line in msg.splitlines() if "segmentstore-jvm" in line)
     assert "closed the connection" in first or "cannot send to" in first, msg
+    assert f"segment '{seg}'" in first, first
+
+
+def test_a_server_that_stops_reading_fails_the_write_within_the_timeout(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    """A server that answers the set-up, then takes no more bytes: the task's blocked
+    socket write is cut by the write watchdog after ``timeout``, one line, no hang."""
+    proxy = _CuttingProxy(endpoint, limit=256 * 1024, stall=True)
+    try:
+        t0 = time.monotonic()
+        df = spark.range(0, 3000, 1, 1).selectExpr("id", "repeat(cast(id as string), 4000) s")
+        msg = _error(
+            lambda: _save(
+                df, proxy.endpoint, seg, rowsPerEvent="50", compression="none", timeout="1"
+            )
+        )
+        assert time.monotonic() - t0 < 60
+    finally:
+        proxy.close()
+    first = next(line for line in msg.splitlines() if "segmentstore-jvm" in line)
+    assert "cannot send to" in first and "took no data for 1000 ms" in first, msg
     assert f"segment '{seg}'" in first, first
 
 

@@ -13,6 +13,9 @@ import java.util.UUID;
 
 final class AppendPipe {
   static final long MAX_IN_FLIGHT = 16L * 1024 * 1024;
+  // Also a count: acknowledgements are read only when the bound is met, so tiny events
+  // must not leave more of them unread than the sockets' buffers hold (4,096 x 56 bytes).
+  static final int MAX_APPENDS_IN_FLIGHT = 4096;
 
   private final WireClient client;
   private final UUID writer;
@@ -35,7 +38,9 @@ final class AppendPipe {
   }
 
   void append(byte[] record, long eventNumber) throws IOException {
-    while (!inFlight.isEmpty() && bytesInFlight + record.length > MAX_IN_FLIGHT) {
+    while (!inFlight.isEmpty()
+        && (bytesInFlight + record.length > MAX_IN_FLIGHT
+            || inFlight.size() >= MAX_APPENDS_IN_FLIGHT)) {
       ackOne();
     }
     long id = client.sendAppend(writer, segment, record, eventNumber);

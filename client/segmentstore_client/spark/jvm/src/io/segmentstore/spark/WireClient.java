@@ -470,21 +470,35 @@ final class WireClient implements Closeable {
     ByteBuffer tail = ByteBuffer.allocate(20);
     tail.putInt(1).putLong(eventNumber).putLong(id);
     ScheduledFuture<?> watchdog =
-        WATCHDOG.schedule(this::closeQuietly, timeoutMillis, TimeUnit.MILLISECONDS);
+        WATCHDOG.schedule(this::starve, timeoutMillis, TimeUnit.MILLISECONDS);
+    IOException failed = null;
     try {
       out.write(head.array());
       out.write(event);
       out.write(tail.array());
       out.flush();
     } catch (IOException e) {
-      String why = watchdog.cancel(false) ? e.getMessage() : "the server took no data for "
-          + timeoutMillis + " ms";
+      failed = e;
+    }
+    // A watchdog that fired (even as the write finished) has closed the socket: that is
+    // the reason to report, here or at the next send, never a bare "Socket closed".
+    watchdog.cancel(false);
+    if (failed != null || starved) {
+      String why = starved
+          ? "the server took no data for " + timeoutMillis + " ms"
+          : failed.getMessage();
       throw new IOException(
           "segmentstore-jvm: cannot send to " + endpoint + " (segment '" + segment + "'): "
-              + why, e);
+              + why, failed);
     }
-    watchdog.cancel(false);
     return id;
+  }
+
+  private volatile boolean starved; // the write watchdog closed the socket
+
+  private void starve() {
+    starved = true;
+    closeQuietly();
   }
 
   /** The DataAppended answering append request {@code id}: its event number. */
