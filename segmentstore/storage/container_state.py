@@ -95,7 +95,8 @@ class ContainerState:
         self._batch_first_seq = 1
         self._ops: list[Queued] = []
         self._merged = 0  # bytes merged in the batch being applied (commit.py)
-        self._wake: asyncio.Future[None] | None = None
+        self._wake: asyncio.Future[None] | None = None  # the writer task waits (commit.py)
+        self._send_soon = False  # a _send_queued is scheduled (commit.py)
         # The batch on its way to the log thread: (its future, its operations) (commit.py).
         self._in_log: tuple[asyncio.Future[Any], list[Queued]] | None = None
         self._closing = False
@@ -141,6 +142,13 @@ class ContainerState:
         return seg
 
     def _kick(self) -> None:
+        """Records were queued: with no batch on its way, send them from one ``call_soon``
+        per turn (commit.py's ``_send_queued``; the append path inlines this)."""
+        if self._in_log is None and not self._send_soon:
+            self._send_soon = True
+            self._loop.call_soon(self._send_queued)
+
+    def _wake_writer(self) -> None:
         wake = self._wake
         if wake is not None:
             self._wake = None
