@@ -144,13 +144,8 @@ class CommitLoop(StorageWriter):
         position read first is the one just after this batch; then the next batch goes
         out, then this one is applied (the disk works while the loop applies)."""
         perf = time.perf_counter
-        observe = STAGES.observe
         sync_s, handoff_in, write_s, done_at = timing
-        t0 = perf()
-        observe("handoff_out", t0 - done_at)
-        observe("handoff_in", handoff_in)
-        observe("log_write", write_s)
-        observe("fdatasync", sync_s)
+        STAGES.observe_commit(perf() - done_at, handoff_in, write_s, sync_s)
         position = self._log_position()
         self._in_log = None
         # Something to write, within the memory bound: send it now. Otherwise duplicates
@@ -165,7 +160,7 @@ class CommitLoop(StorageWriter):
             self._wake_writer()
         t1 = perf()
         self._commit(ops, last, *position, sync_s)
-        observe("apply", perf() - t1)
+        STAGES.observe("apply", perf() - t1)
 
     def _commit(
         self,
@@ -193,7 +188,7 @@ class CommitLoop(StorageWriter):
         if (
             self._unflushed >= self.config.flush_bytes
             # Over budget, only flushing lets the cache evict; but not for every batch.
-            or (self._cache.over_budget() and self._unflushed >= self.config.flush_bytes // 4)
+            or (self._unflushed >= self.config.flush_bytes // 4 and self._cache.over_budget())
             or (
                 self._log_bytes_at_commit - self._log_bytes_at_ckpt
                 >= self.config.checkpoint_log_bytes

@@ -31,7 +31,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -179,8 +178,12 @@ class LogThread:
             except Exception as exc:
                 item = (fut, exc, None, None, failed)
             done.append(item)
-            with contextlib.suppress(OSError):  # fd closed at shutdown: nobody is waiting
+            # try/except, not contextlib.suppress: three Python calls fewer per job, run
+            # holding the GIL just before the loop is signalled
+            try:
                 os.write(wfd, signal)
+            except OSError:  # fd closed at shutdown: nobody is waiting
+                pass
 
     def _native_done(self, native: _Native, result: tuple[int, int, int, int, int]) -> None:
         """The lane's job ended: complete it, or hand it to this thread; then release the
@@ -209,8 +212,10 @@ class LogThread:
         _complete(fut, None, timing, then_native, None)
 
     def _drain(self) -> None:
-        with contextlib.suppress(BlockingIOError, InterruptedError):
+        try:  # not contextlib.suppress: this runs before every batch's acks
             os.read(self._rfd, 4096)
+        except (BlockingIOError, InterruptedError):
+            pass
         native = self._native
         if native is not None:
             result = self._lane.take()

@@ -5,7 +5,9 @@ stepped; everything queued in that turn goes as one batch. Counted, not timed.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+import threading
 import uuid
 from pathlib import Path
 from types import FrameType
@@ -14,6 +16,8 @@ from typing import Any
 from segmentstore.storage import SegmentStore
 from segmentstore.storage.commit import CommitLoop
 from segmentstore.storage.container import SegmentContainer
+from segmentstore.storage.read_cache import ReadCache
+from segmentstore.storage.stages import StageTimes, timed_write
 
 from .conftest import small_config
 
@@ -143,3 +147,51 @@ async def test_close_with_only_a_duplicate_queued_does_not_hang(tmp_path: Path) 
     finally:
         if not closed:
             await s.close()
+
+
+async def test_a_lone_commit_skips_the_calls_it_does_not_need(tmp_path: Path) -> None:
+    """Between the eventfd and the append's future: no ``contextlib.suppress`` (three
+    Python calls) in the drain or in the log thread, the four thread stages in one call,
+    and the cache's budget is not asked while little is unflushed."""
+    watched = {
+        fn.__code__: fn.__qualname__
+        for fn in (
+            contextlib.suppress.__enter__,
+            StageTimes.observe,
+            StageTimes.observe_commit,
+            ReadCache.over_budget,
+            timed_write,  # runs on the log thread: shows that thread is profiled
+        )
+    }
+    seen: list[tuple[str, str]] = []  # (thread, function): list.append is atomic
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            name = watched.get(frame.f_code)
+            if name is not None:
+                seen.append((threading.current_thread().name, name))
+
+    threading.setprofile(profile)  # the store's threads (the log thread) start profiled
+    try:
+        s = await SegmentStore.open(small_config(tmp_path))
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+    try:
+        await s.create_segment("a/b")
+        c = s._containers[0]
+        await _wait_idle(c)
+        seen.clear()
+        sys.setprofile(profile)
+        try:
+            for _ in range(3):
+                await asyncio.wait_for(s.append("a/b", b"x" * 10), 10)
+        finally:
+            sys.setprofile(None)
+        assert c._unflushed < c.config.flush_bytes // 4
+        main = threading.main_thread().name
+        on_loop = [name for thread, name in seen if thread == main]
+        on_others = [name for thread, name in seen if thread != main]
+        assert sorted(on_loop) == ["StageTimes.observe"] * 3 + ["StageTimes.observe_commit"] * 3
+        assert on_others == ["timed_write"] * 3  # the log thread: no suppress either
+    finally:
+        await s.close()
