@@ -68,6 +68,13 @@ class CommitLoop(StorageWriter):
             await self._wake
             self._wake = None
 
+    def _kick(self) -> None:
+        """Records were queued: with no batch on its way, send them from one ``call_soon``
+        per turn (``_send_queued``; the append path inlines this)."""
+        if self._in_log is None and not self._send_soon:
+            self._send_soon = True
+            self._loop.call_soon(self._send_queued)
+
     def _send_queued(self) -> None:
         """The ``call_soon`` of ``_kick``: send what the turn queued, unless a batch went
         meanwhile (its ``_written`` sends the rest) or the memory bound holds it back."""

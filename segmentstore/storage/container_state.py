@@ -141,13 +141,6 @@ class ContainerState:
             raise SegmentNotFound(name)
         return seg
 
-    def _kick(self) -> None:
-        """Records were queued: with no batch on its way, send them from one ``call_soon``
-        per turn (commit.py's ``_send_queued``; the append path inlines this)."""
-        if self._in_log is None and not self._send_soon:
-            self._send_soon = True
-            self._loop.call_soon(self._send_queued)
-
     def _wake_writer(self) -> None:
         wake = self._wake
         if wake is not None:

@@ -180,7 +180,7 @@ class LogThread:
             done.append(item)
             # try/except, not contextlib.suppress: three Python calls fewer per job, run
             # holding the GIL just before the loop is signalled
-            try:
+            try:  # noqa: SIM105
                 os.write(wfd, signal)
             except OSError:  # fd closed at shutdown: nobody is waiting
                 pass
@@ -212,7 +212,7 @@ class LogThread:
         _complete(fut, None, timing, then_native, None)
 
     def _drain(self) -> None:
-        try:  # not contextlib.suppress: this runs before every batch's acks
+        try:  # noqa: SIM105 - not contextlib.suppress: this runs before every batch's acks
             os.read(self._rfd, 4096)
         except (BlockingIOError, InterruptedError):
             pass

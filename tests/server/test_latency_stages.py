@@ -22,7 +22,9 @@ def test_observe_commit_is_the_four_observes() -> None:
     one, four = StageTimes(), StageTimes()
     for sample in ((0.00003, 0.0001, 0.000002, 0.0002), (0.002, 0.00001, 0.0, 7.0)):
         one.observe_commit(*sample)
-        for stage, v in zip(("handoff_out", "handoff_in", "log_write", "fdatasync"), sample, strict=True):
+        for stage, v in zip(
+            ("handoff_out", "handoff_in", "log_write", "fdatasync"), sample, strict=True
+        ):
             four.observe(stage, v)
     for stage in STAGE_NAMES:
         assert one.buckets(stage) == four.buckets(stage)

@@ -24,7 +24,7 @@ async def test_appends_of_one_read_are_one_batch(tmp_path: Path) -> None:
             before = container.stats["batches"]
             peer.send_raw(b"".join(append(w, n, 100) for n in range(sent + 1, sent + burst + 1)))
             sent += burst
-            await peer.until(lambda: len(acks(peer)) == sent, f"{sent} acks")
+            await peer.until(lambda n=sent: len(acks(peer)) == n, f"{sent} acks")  # type: ignore[misc]
             assert container.stats["batches"] == before + 1
             assert container.stats["last_batch_records"] == burst
         assert [a.event_number for a in acks(peer)] == list(range(1, sent + 1))
