@@ -22,6 +22,9 @@ calls and loop callbacks per ``write()`` -> ack.
     .venv/bin/python scripts/bench_lone_path.py --side server --events 500
     .venv/bin/python scripts/bench_lone_path.py --side client --events 500
 
+``--cpu`` runs the same events without the profiler and prints the loop thread's CPU time
+per event (``time.thread_time``; server side also the other threads', the log thread's).
+
 Run it from another checkout (``PYTHONPATH=<tree>:<tree>/client``) to count that code.
 """
 
@@ -258,11 +261,22 @@ async def server_side(n: int, sdk: bool) -> None:
         assert (await proc.stdout.readline()).strip() == b"ready"
         trace = Trace()
         # the loop's own pipe to the child is idle from here on: only the append traffic
-        sys.setprofile(trace)
+        if CPU:
+            loop_cpu, all_cpu, wall = time.thread_time(), time.process_time(), time.perf_counter()
+        else:
+            sys.setprofile(trace)
         proc.stdin.write(b"go\n")
         await proc.wait()
-        sys.setprofile(None)
-        analyse_server(trace.events[:], n)
+        if CPU:
+            loop_cpu = time.thread_time() - loop_cpu
+            all_cpu = time.process_time() - all_cpu
+            wall = time.perf_counter() - wall
+            print(f"{n} lone appends, no profiler: {wall / n * 1e6:.0f} us each (wall)")
+            print(f"  loop thread CPU per append          {loop_cpu / n * 1e6:6.1f} us")
+            print(f"  other threads' CPU per append       {(all_cpu - loop_cpu) / n * 1e6:6.1f} us")
+        else:
+            sys.setprofile(None)
+            analyse_server(trace.events[:], n)
         await server.shutdown()
 
 
@@ -281,6 +295,16 @@ async def client_side(n: int) -> None:
             await w.start()
             for _ in range(50):
                 await (await w.write(b"x" * 100))
+            if CPU:
+                cpu, wall = time.thread_time(), time.perf_counter()
+                for _ in range(n):
+                    await (await w.write(b"x" * 100))
+                cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+                print(f"{n} lone write() -> ack, no profiler: {wall / n * 1e6:.0f} us each (wall)")
+                print(f"  the SDK's loop thread CPU per event  {cpu / n * 1e6:6.1f} us")
+                await w.close()
+                await c.close()
+                return
             trace = Trace()
             marks: list[int] = []
             sys.setprofile(trace)
@@ -310,10 +334,11 @@ async def client_side(n: int) -> None:
 
 
 VERBOSE = False
+CPU = False
 
 
 def main() -> None:
-    global VERBOSE
+    global VERBOSE, CPU
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -326,8 +351,14 @@ def main() -> None:
         help="server side: a blocking raw socket, or the SDK with a follow reader (bench_latency's)",
     )
     p.add_argument("--verbose", action="store_true", help="list the calls of one typical event")
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="no profiler: the loop thread's CPU time per event (and the other threads')",
+    )
     args = p.parse_args()
     VERBOSE = args.verbose
+    CPU = args.cpu
     t = time.perf_counter()
     uvloop.run(
         server_side(args.events, args.client == "sdk")
