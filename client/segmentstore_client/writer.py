@@ -349,6 +349,7 @@ class EventWriter(WriterSession):
             if self._error is not None:
                 raise self._error
             self._room.clear()
+            self._room_wanted = True
             await self._room.wait()
         if self._error is not None:
             raise self._error

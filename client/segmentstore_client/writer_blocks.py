@@ -79,7 +79,13 @@ class AckFuture(asyncio.Future[None]):
 
     def set_result(self, result: None, /) -> None:
         super().set_result(result)
-        self._wake()
+        # _wake's success case, inlined: the ack of every event runs it
+        waiters = self.waiters
+        if waiters:
+            self.waiters = None
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
 
     def set_exception(self, exception: type | BaseException, /) -> None:
         super().set_exception(exception)

@@ -105,6 +105,7 @@ class WriterSession:
         self._unsent: deque[Block] = deque()
         self._held = 0
         self._room = asyncio.Event()
+        self._room_wanted = False  # _wait_room waits: the next ack that frees bytes sets _room
         self._acked = NULL_ATTRIBUTE_VALUE
         self._segment_length = -1
         self._fenced = 0
@@ -167,10 +168,16 @@ class WriterSession:
         frame = frame_block(self._wid, self._rid, payloads, sizes, size, last)
         block = Block(last, count, frame, size, fut)
         self._held += size
-        if self._state is _S.OPEN and not self._unsent and not self._blocked():
+        inflight = self._inflight
+        # not self._blocked(), inlined: every lone event passes here
+        if (
+            self._state is _S.OPEN
+            and not self._unsent
+            and not (inflight and inflight[-1].conditional)
+        ):
             conn = self._conn
             assert conn is not None
-            self._inflight.append(block)
+            inflight.append(block)
             # An open session means an open connection: its close listener would have
             # moved us to RECONNECTING first.
             if isinstance(frame, bytes):
@@ -296,7 +303,8 @@ class WriterSession:
             self._segment_length = cmd.current_segment_write_offset
         if freed:
             self._held -= freed
-            if not self._room.is_set():
+            if self._room_wanted:  # a write waits for room (no Event.is_set call per ack)
+                self._room_wanted = False
                 self._room.set()
         if self._unsent:
             self._pump()

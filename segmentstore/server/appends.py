@@ -133,7 +133,8 @@ class Appends:
         self.conn = conn
         self.store = conn.store
         self.metrics = conn.metrics
-        self.writers: dict[uuid.UUID, WriterState] = {}
+        # Keyed by the writer id's int: a UUID hashes in Python (a call per append).
+        self.writers: dict[int, WriterState] = {}
         self.inflight_bytes = 0
         self.inflight_limit = conn.server.config.connection_inflight_bytes
         self.budget = conn.server.inflight_budget
@@ -150,7 +151,7 @@ class Appends:
             conn.reply(ErrorMessage(command.request_id, segment, reason, UNSPECIFIED))
             return
         conn.assembler.setup(writer, segment)
-        old = self.writers.pop(writer, None)
+        old = self.writers.pop(writer.int, None)
         previous = old.session if old is not None else Session.NEW
         try:
             info = self.store.info(segment)
@@ -166,7 +167,7 @@ class Appends:
             return
         step(previous, Event.SETUP)
         appender = self.store.appender(segment)
-        self.writers[writer] = WriterState(segment, writer, last, self._drain, appender)
+        self.writers[writer.int] = WriterState(segment, writer, last, self._drain, appender)
         conn.send(encode(AppendSetup(command.request_id, segment, writer, last)))
 
     def _too_many_writers(self, writer: uuid.UUID) -> str | None:
@@ -193,7 +194,7 @@ class Appends:
         """An AppendBlockEnd. The common case skips what cannot apply to it: with no block
         open, an open session and an event number above all stored, ``precheck`` passes,
         ``classify`` says DATA and the table says (OPEN, STORE)."""
-        state = self.writers.get(end.writer_id)
+        state = self.writers.get(end.writer_id.int)
         number = end.last_event_number
         if state is None or state.session is not _OPEN or number <= state.last_stored:
             self.data(end)
@@ -227,7 +228,7 @@ class Appends:
             number = command.event_number
         else:
             return True
-        state = self.writers.get(command.writer_id)
+        state = self.writers.get(command.writer_id.int)
         if state is None or state.last_stored <= state.setup or number >= state.last_stored:
             return True
         state.step(Event.REPEATED)
@@ -235,13 +236,13 @@ class Appends:
         return False
 
     def _reject(self, state: WriterState, writer: uuid.UUID, rid: int, number: int) -> None:
-        if self.writers.get(writer) is state:
-            del self.writers[writer]
+        if self.writers.get(writer.int) is state:
+            del self.writers[writer.int]
         self.conn.reply(InvalidEventNumber(writer, rid, "", number))
         self.conn.close()
 
     def append(self, append: Append) -> None:
-        state = self.writers.get(append.writer_id)
+        state = self.writers.get(append.writer_id.int)
         if state is None or state.segment != append.segment:
             raise RemoteProtocolError(f"data for writer {append.writer_id} with no append session")
         number = append.event_number
@@ -365,8 +366,8 @@ class Appends:
         fenced = isinstance(exc, BadAttributeUpdate)
         if state.step(Event.FENCED if fenced else Event.STORE_FAILED) is Action.DROP:
             return  # only the earliest failure of a session is reported
-        if self.writers.get(writer) is state:
-            del self.writers[writer]
+        if self.writers.get(writer.int) is state:
+            del self.writers[writer.int]
             conn.assembler.forget(writer)
         if isinstance(exc, SegmentSealed):
             conn.reply(SegmentIsSealed(rid, segment, "", number))

@@ -1,13 +1,19 @@
 # The commit loop of a container: group commit of queued records to the log, then applying
 # durable batches to the committed state.
 #
-# Contract. One writer task (``_writer_loop``) takes everything queued, hands it to the log
-# thread as ONE write (+ ONE fdatasync in fsync mode "always") and, when that returns (in
-# the log thread's eventfd callback, ``_written``), applies the whole batch to the committed
-# state in log order: lengths, attributes, read cache, waiters, then the futures. Only one batch is on its way to disk at a time, so the
-# committed state is always a prefix of the log. If the write fails, that batch and
-# everything queued behind it fail with StorageUnavailable, pending state is rolled back to
-# committed and sequence numbers restart after the last durable record.
+# Contract. Everything queued is handed to the log thread as ONE write (+ ONE fdatasync in
+# fsync mode "always") and, when that returns (in the log thread's eventfd callback,
+# ``_written``), the whole batch is applied to the committed state in log order: lengths,
+# attributes, read cache, waiters, then the futures. Only one batch is on its way to disk at
+# a time, so the committed state is always a prefix of the log. If the write fails
+# (``_write_failed``, in the same callback), that batch and everything queued behind it
+# fail with StorageUnavailable, pending state is rolled back to committed and sequence
+# numbers restart after the last durable record.
+# Who sends a batch (round 10): with one on its way, ``_written`` sends the next; with none,
+# the first record queued schedules ONE ``call_soon(_send_queued)`` (``_kick``), which runs
+# after every socket read of the loop turn was handled, so all that a turn queued goes as
+# one batch, with no task step. The writer task (``_writer_loop``) is only woken for the
+# slow paths: over the unflushed-memory bound, and closing.
 # In fsync mode "always" a batch goes to the log thread's native lane when the log allows it
 # (``WalWriter.dsync_target``; log_thread.py): the same one batch on its way, the same
 # ``_written``, with the log's end advanced first (``_written_native``).
@@ -34,47 +40,62 @@ log = logging.getLogger("segmentstore.storage")
 
 class CommitLoop(StorageWriter):
     async def _writer_loop(self) -> None:
-        """Group commit: one batch at a time to the log thread, applied as soon as it is durable.
+        """The commit loop's slow paths: the memory bound, and closing.
 
-        ``_written`` runs in the log thread's eventfd callback (log_thread.py) when a batch
-        is durable: it sends the next batch (whatever arrived meanwhile) to the log thread
-        at once, then applies the durable one. So the disk never waits for a loop turn, and
-        acks are queued before the loop polls its sockets again. This task only starts a
-        batch when none is on its way (after a wait, or the memory bound) and reports a
-        failed write. Only one batch is ever on its way to disk, and a batch is applied
-        only after every earlier one, so the committed state stays a prefix of the log.
+        Batches are sent by ``_send_queued`` (none on its way) and ``_written`` (the next
+        one, from the eventfd callback of the durable one): the disk never waits for a
+        loop turn, and acks are queued before the loop polls its sockets again. This task
+        is woken (``_wake_writer``) when records wait while the unflushed data is over its
+        bound, and when the store closes; it returns once closing with nothing queued and
+        nothing on its way.
         """
         loop = self._loop
         while True:
-            sent = self._in_log
-            if sent is None:
+            if self._in_log is None and self._ops:
                 # Memory bound: committed data waits in the cache until it is in chunk
                 # files, so stop committing (acks wait) while too much of it is unflushed.
-                if self._ops and self._unflushed <= self._max_unflushed:
+                if self._unflushed <= self._max_unflushed:
                     self._send_batch()
-                elif self._ops:  # over the unflushed limit
-                    if not await self._flush():
-                        # Disk full or failing: nothing leaves memory, so nothing more may
-                        # come in. Fail what waits (retriable) rather than grow without bound.
-                        self._fail_all([], "cannot write chunk files, too much data in memory")
-                        await asyncio.sleep(0.05)
-                elif self._closing:
-                    return
-                else:
-                    self._wake = loop.create_future()
-                    await self._wake
-                    self._wake = None
+                elif not await self._flush():
+                    # Disk full or failing: nothing leaves memory, so nothing more may
+                    # come in. Fail what waits (retriable) rather than grow without bound.
+                    self._fail_all([], "cannot write chunk files, too much data in memory")
+                    await asyncio.sleep(0.05)
                 continue
-            write, ops = sent
-            try:
-                await write
-            except Exception as exc:
-                # A failed batch has no successor (``_written`` sends the next one only
-                # after a success), so it is still the one on its way.
-                self._in_log = None
-                if not isinstance(exc, OSError):
-                    log.exception("%s: unexpected error writing the log", self.label)
-                self._fail_all(ops, f"log write failed: {exc}")
+            if self._closing and self._in_log is None:
+                return
+            self._wake = loop.create_future()
+            await self._wake
+            self._wake = None
+
+    def _kick(self) -> None:
+        """Records were queued: with no batch on its way, send them from one ``call_soon``
+        per turn (``_send_queued``; the append path inlines this)."""
+        if self._in_log is None and not self._send_soon:
+            self._send_soon = True
+            self._loop.call_soon(self._send_queued)
+
+    def _send_queued(self) -> None:
+        """The ``call_soon`` of ``_kick``: send what the turn queued, unless a batch went
+        meanwhile (its ``_written`` sends the rest) or the memory bound holds it back."""
+        self._send_soon = False
+        if self._in_log is not None or not self._ops:
+            return
+        if self._unflushed <= self._max_unflushed:
+            self._send_batch()
+        else:
+            self._wake_writer()
+
+    def _write_failed(self, ops: list[Queued], exc: BaseException) -> None:
+        """On the loop, in the log thread's eventfd callback: the batch ``ops`` failed. It
+        has no successor (``_written`` sends the next one only after a success), so it is
+        still the one on its way."""
+        self._in_log = None
+        if not isinstance(exc, OSError):
+            log.error("%s: unexpected error writing the log", self.label, exc_info=exc)
+        self._fail_all(ops, f"log write failed: {exc}")
+        if self._closing:
+            self._wake_writer()
 
     def _send_batch(self) -> None:
         """Hand everything queued to the log thread as one write (``_in_log``); a batch of
@@ -91,10 +112,13 @@ class CommitLoop(StorageWriter):
         self._batch_first_seq = self._next_seq
         if not parts:  # only duplicates waiting for earlier records, all applied by now
             self._commit(ops, self._committed_seq, *self._log_position(), 0.0)
+            if self._closing:
+                self._wake_writer()
             return
         lt = self._log_thread
-        args = (self._wal.write_batch, parts, first, time.perf_counter())
         then = functools.partial(self._written, ops, last)
+        failed = functools.partial(self._write_failed, ops)
+        args = (self._wal.write_batch, parts, first, time.perf_counter())
         # The native lane (log_thread.py) when the log allows it (wal.dsync_target); if it
         # fails, the log thread runs the very same job instead.
         nbytes = sum(map(len, parts)) if lt.native_ready else 0
@@ -102,9 +126,11 @@ class CommitLoop(StorageWriter):
         if target is not None:
             native_then = functools.partial(self._written_native, ops, last, nbytes)
             fd, pos = target
-            write = lt.run_dsync(fd, pos, parts, nbytes, native_then, timed_write, *args, then=then)
+            write = lt.run_dsync(
+                fd, pos, parts, nbytes, native_then, timed_write, *args, then=then, failed=failed
+            )
         else:
-            write = lt.run(timed_write, *args, then=then)
+            write = lt.run(timed_write, *args, then=then, failed=failed)
         self._in_log = (write, ops)
 
     def _log_position(self) -> tuple[int, int]:
@@ -125,23 +151,23 @@ class CommitLoop(StorageWriter):
         position read first is the one just after this batch; then the next batch goes
         out, then this one is applied (the disk works while the loop applies)."""
         perf = time.perf_counter
-        observe = STAGES.observe
         sync_s, handoff_in, write_s, done_at = timing
-        t0 = perf()
-        observe("handoff_out", t0 - done_at)
-        observe("handoff_in", handoff_in)
-        observe("log_write", write_s)
-        observe("fdatasync", sync_s)
+        STAGES.observe_commit(perf() - done_at, handoff_in, write_s, sync_s)
         position = self._log_position()
         self._in_log = None
-        # Something to write, within the memory bound: send it now. Otherwise (nothing,
-        # duplicates only, over the bound) the writer task, woken by this batch's future,
-        # decides.
-        if (self._parts or self._buf) and self._unflushed <= self._max_unflushed:
-            self._send_batch()
+        # Something to write, within the memory bound: send it now. Otherwise duplicates
+        # only go through ``_send_queued`` (applied at once, after this batch), and over
+        # the bound the writer task flushes first; closing, it may return.
+        if self._ops:
+            if (self._parts or self._buf) and self._unflushed <= self._max_unflushed:
+                self._send_batch()
+            else:
+                self._kick()
+        elif self._closing:
+            self._wake_writer()
         t1 = perf()
         self._commit(ops, last, *position, sync_s)
-        observe("apply", perf() - t1)
+        STAGES.observe("apply", perf() - t1)
 
     def _commit(
         self,
@@ -169,7 +195,7 @@ class CommitLoop(StorageWriter):
         if (
             self._unflushed >= self.config.flush_bytes
             # Over budget, only flushing lets the cache evict; but not for every batch.
-            or (self._cache.over_budget() and self._unflushed >= self.config.flush_bytes // 4)
+            or (self._unflushed >= self.config.flush_bytes // 4 and self._cache.over_budget())
             or (
                 self._log_bytes_at_commit - self._log_bytes_at_ckpt
                 >= self.config.checkpoint_log_bytes

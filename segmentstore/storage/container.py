@@ -5,7 +5,7 @@
 # * Operations are validated against pending state and given their log sequence number
 #   synchronously, in call order; their records are appended to ``_buf`` and their
 #   completion to ``_ops``. Nothing touches the disk on the event loop.
-# * One writer task (``_writer_loop``) takes everything queued, hands it to the log thread
+# * The commit loop (commit.py) takes everything queued, hands it to the log thread
 #   as ONE write (+ ONE fdatasync in fsync mode "always") and, when that returns, applies
 #   the whole batch to the committed state in log order: lengths, attributes, read cache,
 #   waiters, then the futures. Only one batch is on its way to disk at a time, so the
@@ -152,7 +152,7 @@ class SegmentContainer(ContainerReads):
         if self._closed:
             return
         self._closing = True
-        self._kick()
+        self._wake_writer()
         writer, storage, *rest = self._tasks
         await writer
         self._kick_flush()
@@ -336,10 +336,9 @@ class SegmentContainer(ContainerReads):
         seg.p_length = offset + n
         seg.inflight += 1
         self._ops.append((seg, data, offset + n, fut, wid, event_number, event_count))
-        wake = self._wake
-        if wake is not None:
-            self._wake = None
-            wake.set_result(None)
+        if self._in_log is None and not self._send_soon:  # self._kick(), inlined
+            self._send_soon = True
+            self._loop.call_soon(self._send_queued)
         return fut
 
     async def create_segment(

@@ -95,7 +95,8 @@ class ContainerState:
         self._batch_first_seq = 1
         self._ops: list[Queued] = []
         self._merged = 0  # bytes merged in the batch being applied (commit.py)
-        self._wake: asyncio.Future[None] | None = None
+        self._wake: asyncio.Future[None] | None = None  # the writer task waits (commit.py)
+        self._send_soon = False  # a _send_queued is scheduled (commit.py)
         # The batch on its way to the log thread: (its future, its operations) (commit.py).
         self._in_log: tuple[asyncio.Future[Any], list[Queued]] | None = None
         self._closing = False
@@ -140,7 +141,7 @@ class ContainerState:
             raise SegmentNotFound(name)
         return seg
 
-    def _kick(self) -> None:
+    def _wake_writer(self) -> None:
         wake = self._wake
         if wake is not None:
             self._wake = None

@@ -15,6 +15,9 @@
 # future completes, when the job succeeded: the commit loop applies a durable batch there,
 # one loop turn before a task awaiting the future would run (and before the loop polls its
 # sockets again). If ``cb`` raises, the error is logged and becomes the future's.
+# ``failed=eb``: ``eb(error)`` runs inside that drain when the job (or ``cb``) failed, and the
+# future's error then counts as retrieved: the commit loop learns of a failed batch there,
+# with no task awaiting the future (round 10).
 #
 # The native lane (issue 19, round 8; off by default: it did not win, see the README's
 # "Latency, round 8"). Where the C extension ``_dsync`` was built (setup.py) and
@@ -28,7 +31,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -41,8 +43,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _Then = Callable[[Any], None] | None
-_Job = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], _Then]
-_Done = tuple["asyncio.Future[Any]", BaseException | None, Any, _Then]
+_Failed = Callable[[BaseException], None] | None
+_Job = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], _Then, _Failed]
+_Done = tuple["asyncio.Future[Any]", BaseException | None, Any, _Then, _Failed]
 Timing = tuple[float, float, float, float]  # sync_s, handoff_in_s, write_s, done_at (stages.py)
 # A native job in flight: its future, its byte count, its success callback, its fallback job.
 _Native = tuple["asyncio.Future[Timing]", int, Callable[[Timing], None], _Job]
@@ -106,18 +109,23 @@ class LogThread:
         self._thread.start()
 
     def run(
-        self, fn: Callable[..., T], *args: Any, then: Callable[[T], None] | None = None
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        then: Callable[[T], None] | None = None,
+        failed: _Failed = None,
     ) -> asyncio.Future[T]:
         """Queue ``fn(*args)`` for the log thread; the future completes on the loop
-        (after ``then(result)``, run as soon as the loop sees the job done)."""
+        (after ``then(result)``, or ``failed(error)``, run as soon as the loop sees the
+        job done)."""
         if self._stopped:
             raise RuntimeError("log thread is shut down")
         fut: asyncio.Future[T] = self._loop.create_future()
         self._queued += 1
         if self._native is not None:
-            self._deferred.append((fut, fn, args, then))
+            self._deferred.append((fut, fn, args, then, failed))
         else:
-            self._jobs.put((fut, fn, args, then))
+            self._jobs.put((fut, fn, args, then, failed))
         return fut
 
     @property
@@ -140,6 +148,7 @@ class LogThread:
         fallback: Callable[..., Timing],
         *args: Any,
         then: Callable[[Timing], None],
+        failed: _Failed = None,
     ) -> asyncio.Future[Timing]:
         """``parts`` (``nbytes`` in all) written at ``pos`` of ``fd`` and made durable by the
         native lane; only when ``native_ready``. On success ``then_native(timing)`` runs in
@@ -151,7 +160,7 @@ class LogThread:
             raise RuntimeError("native lane busy or absent")
         fut: asyncio.Future[Timing] = self._loop.create_future()
         self._lane.submit(fd, parts, pos)
-        self._native = (fut, nbytes, then_native, (fut, fallback, args, then))
+        self._native = (fut, nbytes, then_native, (fut, fallback, args, then, failed))
         return fut
 
     def _work(self) -> None:
@@ -163,14 +172,18 @@ class LogThread:
             job = get()
             if job is None:
                 return
-            fut, fn, args, then = job
+            fut, fn, args, then, failed = job
             try:
-                item: _Done = (fut, None, fn(*args), then)
+                item: _Done = (fut, None, fn(*args), then, failed)
             except Exception as exc:
-                item = (fut, exc, None, None)
+                item = (fut, exc, None, None, failed)
             done.append(item)
-            with contextlib.suppress(OSError):  # fd closed at shutdown: nobody is waiting
+            # try/except, not contextlib.suppress: three Python calls fewer per job, run
+            # holding the GIL just before the loop is signalled
+            try:  # noqa: SIM105
                 os.write(wfd, signal)
+            except OSError:  # fd closed at shutdown: nobody is waiting
+                pass
 
     def _native_done(self, native: _Native, result: tuple[int, int, int, int, int]) -> None:
         """The lane's job ended: complete it, or hand it to this thread; then release the
@@ -196,11 +209,13 @@ class LogThread:
             return
         self.native_batches += 1
         timing = ((end_ns - start_ns) / 1e9, (start_ns - submit_ns) / 1e9, 0.0, end_ns / 1e9)
-        _complete(fut, None, timing, then_native)
+        _complete(fut, None, timing, then_native, None)
 
     def _drain(self) -> None:
-        with contextlib.suppress(BlockingIOError, InterruptedError):
+        try:  # noqa: SIM105 - not contextlib.suppress: this runs before every batch's acks
             os.read(self._rfd, 4096)
+        except (BlockingIOError, InterruptedError):
+            pass
         native = self._native
         if native is not None:
             result = self._lane.take()
@@ -228,17 +243,27 @@ class LogThread:
             os.close(self._wfd)
 
 
-def _complete(fut: asyncio.Future[Any], exc: BaseException | None, value: Any, then: _Then) -> None:
-    """On the loop: ``then(value)`` when the job succeeded, then the future."""
+def _complete(
+    fut: asyncio.Future[Any], exc: BaseException | None, value: Any, then: _Then, failed: _Failed
+) -> None:
+    """On the loop: ``then(value)`` when the job succeeded, else ``failed(error)``; then the
+    future (whose error ``failed`` has taken: no "never retrieved" warning)."""
     if then is not None and exc is None:
         try:
             then(value)
         except Exception as err:
             log.exception("log thread: completion callback failed")
             exc = err
+    if exc is not None and failed is not None:
+        try:
+            failed(exc)
+        except Exception:
+            log.exception("log thread: failure callback failed")
     if fut.cancelled():
         return
     if exc is not None:
         fut.set_exception(exc)
+        if failed is not None:
+            fut.exception()  # reported through ``failed``
     else:
         fut.set_result(value)

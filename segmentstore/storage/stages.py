@@ -39,6 +39,22 @@ class StageTimes:
         self.sums[stage] += seconds
         self.totals[stage] += 1
 
+    def observe_commit(
+        self, handoff_out: float, handoff_in: float, log_write: float, fdatasync: float
+    ) -> None:
+        """``observe`` of the four stages a durable batch brings, in one call (the commit
+        loop runs it before the batch's acks are made)."""
+        counts, sums, totals = self.counts, self.sums, self.totals
+        for stage, seconds in (
+            ("handoff_out", handoff_out),
+            ("handoff_in", handoff_in),
+            ("log_write", log_write),
+            ("fdatasync", fdatasync),
+        ):
+            counts[stage][bisect.bisect_left(BOUNDS, seconds)] += 1
+            sums[stage] += seconds
+            totals[stage] += 1
+
     def buckets(self, stage: str) -> list[tuple[str, float]]:
         """Cumulative (upper bound, count) pairs ending with +Inf, as Prometheus wants."""
         out, running = [], 0

@@ -18,6 +18,19 @@ if TYPE_CHECKING:
     from conftest import ServerProcess  # tests/conftest.py
 
 
+def test_observe_commit_is_the_four_observes() -> None:
+    one, four = StageTimes(), StageTimes()
+    for sample in ((0.00003, 0.0001, 0.000002, 0.0002), (0.002, 0.00001, 0.0, 7.0)):
+        one.observe_commit(*sample)
+        for stage, v in zip(
+            ("handoff_out", "handoff_in", "log_write", "fdatasync"), sample, strict=True
+        ):
+            four.observe(stage, v)
+    for stage in STAGE_NAMES:
+        assert one.buckets(stage) == four.buckets(stage)
+        assert one.sums[stage] == four.sums[stage]
+
+
 def test_stage_histogram_buckets_and_quantiles() -> None:
     st = StageTimes()
     for v in (0.00002, 0.0003, 0.0003, 0.004, 5.0):

@@ -4,6 +4,7 @@ errors come back to the loop through the eventfd, and shutdown closes it."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 import time
@@ -192,3 +193,40 @@ async def test_the_next_batch_goes_to_the_log_inside_the_eventfd_callback(
             del lt.run, lt.run_dsync
     finally:
         await s.close()
+
+
+async def test_failed_runs_in_the_drain_and_the_error_counts_as_retrieved() -> None:
+    """``run(..., failed=eb)``: the commit loop learns of a failed batch in the eventfd
+    drain, with no task awaiting the future; the future still carries the error, and
+    nobody is warned that it was never retrieved."""
+    loop = asyncio.get_running_loop()
+    lt = LogThread(loop, "test-log")
+    seen: list[object] = []
+    handler_calls: list[dict[str, Any]] = []
+    old = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, ctx: handler_calls.append(ctx))
+    try:
+        fut = lt.run(lambda: 1 / 0, then=seen.append, failed=seen.append)
+        for _ in range(2000):
+            if seen:
+                break
+            await asyncio.sleep(0.001)
+        assert len(seen) == 1 and isinstance(seen[0], ZeroDivisionError)
+        assert fut.done() and isinstance(fut.exception(), ZeroDivisionError)
+        ok = lt.run(lambda: 7, then=seen.append, failed=seen.append)
+        assert await asyncio.wait_for(ok, 10) == 7
+        assert seen[1:] == [7]
+        unawaited = lt.run(lambda: 1 / 0, failed=seen.append)
+        for _ in range(2000):
+            if unawaited.done():
+                break
+            await asyncio.sleep(0.001)
+        del unawaited, fut
+        # the thread's loop variables still hold the last job: move them on
+        assert await asyncio.wait_for(lt.run(lambda: 8), 10) == 8
+        gc.collect()
+        await asyncio.sleep(0)
+        assert handler_calls == []  # no "Future exception was never retrieved"
+    finally:
+        loop.set_exception_handler(old)
+        lt.shutdown()
