@@ -1,0 +1,82 @@
+"""Attacks on the ``segmentstore-jvm`` writer (session 13): data, identities, hostile peers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from segmentstore_client.spark.jvm import FORMAT
+
+from segmentstore_client import sync
+
+from .test_jvm_writer import _error, _jvm, _python, _save, _types
+
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("jvm_jar")]
+
+
+def _both(spark: Any, endpoint: str, seg: str) -> list[Any]:
+    return [_python(spark, endpoint, seg).load(), _jvm(spark, endpoint, seg).load()]
+
+
+def test_split_groups_of_every_type_read_back(spark: Any, endpoint: str, seg: str) -> None:
+    from pyspark.sql.functions import col
+
+    df = _types(spark)
+    for k in range(1, 8):
+        df = df.union(_types(spark).withColumn("id", col("id") + 10 * k))
+    df = df.coalesce(1)
+    _save(df, endpoint, seg, rowsPerEvent="77", maxEventBytes="1024", compression="none")
+    want = sorted(df.collect(), key=lambda r: r.id)
+    for back in _both(spark, endpoint, seg):
+        assert back.schema == df.schema
+        assert sorted(back.collect(), key=lambda r: r.id) == want
+
+
+def test_more_types(spark: Any, endpoint: str, seg: str) -> None:
+    df = spark.range(0, 40, 1, 3).selectExpr(
+        "id",
+        "cast(id - 20 as tinyint) as t",
+        "if(id % 3 = 0, cast('NaN' as double), if(id % 3 = 1, -0.0d, null)) as nan",
+        "cast(if(id % 2 = 0, null, 'NaN') as float) as fnan",
+        "make_dt_interval(id, 1, 2, 3.5) as dti",
+        "null as nul",
+        "array(array(id, null), null) as aa",
+        "map(cast(id as string), array(named_struct('a', id, 'b', null))) as mm",
+        "named_struct('x', named_struct('y', if(id % 2 = 0, null, map(1, 'z')))) as deep",
+    )
+    _save(df, endpoint, seg, rowsPerEvent="7")
+    want = sorted(map(repr, df.collect()))
+    for back in _both(spark, endpoint, seg):
+        assert back.schema == df.schema, back.schema
+        assert sorted(map(repr, back.collect())) == want
+
+
+def test_names(spark: Any, endpoint: str, seg: str) -> None:
+    df = spark.range(0, 10, 1, 2).selectExpr("id as `ünï 名前`", "id * 2 as `a.b`", "'x' as `A b`", "id as `😀`")
+    _save(df, endpoint, seg)
+    for back in _both(spark, endpoint, seg):
+        assert back.schema == df.schema
+        assert sorted(back.collect()) == sorted(df.collect())
+
+
+def test_empty(spark: Any, endpoint: str, seg: str) -> None:
+    df = spark.range(0, 0, 1, 3).selectExpr("id", "'x' as s")
+    _save(df, endpoint, seg)
+    df2 = spark.range(0, 3, 1, 5).selectExpr("id", "'x' as s")
+    _save(df2, endpoint, seg + "b")
+    for back in _both(spark, endpoint, seg + "b"):
+        assert sorted(back.collect()) == sorted(df2.collect())
+    _save(spark.createDataFrame([], "id BIGINT, s STRING"), endpoint, seg + "c", writeId="e1")
+
+
+
+def test_a_type_no_python_reader_reads_is_refused_on_the_driver(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    df = spark.range(0, 4, 1, 1).selectExpr(
+        "id", "named_struct('y', make_ym_interval(cast(id as int), 2)) as ym"
+    )
+    msg = _error(lambda: _save(df, endpoint, seg))
+    assert "segmentstore-jvm: column 'ym' holds INTERVAL YEAR TO MONTH" in msg, msg
+    with sync.connect(endpoint) as c:  # refused before any target is made
+        assert seg not in c.list_segments(seg.rsplit("/", 1)[0])
