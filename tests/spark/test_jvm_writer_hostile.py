@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from segmentstore_client.spark.jvm import FORMAT
-
 from segmentstore_client import sync
+from segmentstore_client.spark.jvm import FORMAT
 
 from .test_jvm_writer import _error, _jvm, _python, _save, _types
 
@@ -52,7 +51,9 @@ def test_more_types(spark: Any, endpoint: str, seg: str) -> None:
 
 
 def test_names(spark: Any, endpoint: str, seg: str) -> None:
-    df = spark.range(0, 10, 1, 2).selectExpr("id as `ünï 名前`", "id * 2 as `a.b`", "'x' as `A b`", "id as `😀`")
+    df = spark.range(0, 10, 1, 2).selectExpr(
+        "id as `ünï 名前`", "id * 2 as `a.b`", "'x' as `A b`", "id as `😀`"
+    )
     _save(df, endpoint, seg)
     for back in _both(spark, endpoint, seg):
         assert back.schema == df.schema
@@ -69,7 +70,6 @@ def test_empty(spark: Any, endpoint: str, seg: str) -> None:
     _save(spark.createDataFrame([], "id BIGINT, s STRING"), endpoint, seg + "c", writeId="e1")
 
 
-
 def test_a_type_no_python_reader_reads_is_refused_on_the_driver(
     spark: Any, endpoint: str, seg: str
 ) -> None:
@@ -80,3 +80,46 @@ def test_a_type_no_python_reader_reads_is_refused_on_the_driver(
     assert "segmentstore-jvm: column 'ym' holds INTERVAL YEAR TO MONTH" in msg, msg
     with sync.connect(endpoint) as c:  # refused before any target is made
         assert seg not in c.list_segments(seg.rsplit("/", 1)[0])
+
+
+def test_a_sealed_target_says_it_takes_no_more_writes(spark: Any, endpoint: str, seg: str) -> None:
+    _save(spark.range(0, 10, 1, 1), endpoint, seg)
+    with sync.connect(endpoint) as c:
+        c.seal(seg)
+    msg = _error(lambda: _save(spark.range(0, 10, 1, 1), endpoint, seg, timeout="5"))
+    line = next(ln for ln in msg.splitlines() if "segmentstore-jvm" in ln)
+    assert f"segment '{seg}': the segment is sealed and takes no more writes" in line, line
+    assert "no data there" not in line  # the read's wording
+
+
+@pytest.mark.parametrize("fmt", [FORMAT, "segmentstore"])
+def test_a_write_id_rerun_with_fewer_rows_is_refused(
+    spark: Any, endpoint: str, seg: str, fmt: str
+) -> None:
+    """Run 1 of writeId W writes partition 0 whole and partition 1 in part, then fails
+    (aborted: no commit marker). Run 2 of W with other, shorter data must not commit: the
+    server holds events of its writers beyond run 2's rows, so the targets would keep rows
+    run 2 never had while its commit reports its own count. Both sinks say so."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import col, udf
+
+    @udf("bigint")  # type: ignore[misc]
+    def fail_p1(i: int) -> int:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == 1 and i % 1000 == 900:
+            raise RuntimeError("injected failure")
+        return i
+
+    def save(df: Any) -> None:
+        w = df.write.format(fmt).option("endpoint", endpoint).option("segment", seg)
+        w.option("writeId", "w-fewer").option("rowsPerEvent", "100").mode("append").save()
+
+    _error(lambda: save(spark.range(0, 2000, 1, 2).withColumn("id", fail_p1(col("id")))))
+    held = _python(spark, endpoint, seg).load().count()
+    assert held >= 1000  # partition 0 whole (and partition 1's first groups)
+    msg = _error(lambda: save(spark.range(0, 1000, 1, 2)))
+    line = next(ln for ln in msg.splitlines() if "the server holds this writer" in ln)
+    assert "beyond this attempt's 5 row group(s) (500 rows)" in line, line
+    assert "a writeId reused with other data" in line
+    # Not committed; a partition the server held nothing of may have written its rows.
+    assert held <= _python(spark, endpoint, seg).load().count() <= held + 500
