@@ -123,3 +123,37 @@ def test_a_write_id_rerun_with_fewer_rows_is_refused(
     assert "a writeId reused with other data" in line
     # Not committed; a partition the server held nothing of may have written its rows.
     assert held <= _python(spark, endpoint, seg).load().count() <= held + 500
+
+
+def test_a_sub_millisecond_connect_timeout_still_bounds_connecting(spark: Any) -> None:
+    """connectTimeout=0.0001 rounded to 0 ms, which Java's connect() takes as no limit: a
+    server whose accept backlog is full (SYNs dropped) held the write until the kernel
+    gave up, minutes later."""
+    import socket
+    import threading
+    import time
+
+    with socket.socket() as full, socket.socket() as queued:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        queued.connect(full.getsockname())  # fills the backlog: later SYNs are dropped
+        port = full.getsockname()[1]
+        out: list[str] = []
+
+        def write() -> None:
+            df = spark.range(0, 10, 1, 1)
+            out.append(
+                _error(
+                    lambda: _save(df, f"tcp://127.0.0.1:{port}", "a/b/0", connectTimeout="0.0001")
+                )
+            )
+
+        t0 = time.monotonic()
+        t = threading.Thread(target=write, daemon=True)
+        t.start()
+        t.join(20)
+        took = time.monotonic() - t0
+        full.close()  # a connect still waiting is refused now: the thread ends
+        t.join(20)
+    assert took < 20, "the write was still connecting after 20 s"
+    assert f"segmentstore-jvm: cannot connect to 127.0.0.1:{port}" in out[0], out
