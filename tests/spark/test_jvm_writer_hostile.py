@@ -8,7 +8,7 @@ import pytest
 from segmentstore_client import sync
 from segmentstore_client.spark.jvm import FORMAT
 
-from .test_jvm_writer import _error, _jvm, _py_save, _python, _save, _types
+from .test_jvm_writer import _error, _jvm, _py_save, _python, _report, _save, _types
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("jvm_jar")]
 
@@ -150,3 +150,17 @@ def test_a_sub_millisecond_connect_timeout_still_bounds_connecting(spark: Any) -
         t.join(20)
     assert took < 20, "the write was still connecting after 20 s"
     assert f"segmentstore-jvm: cannot connect to 127.0.0.1:{port}" in out[0], out
+
+
+def test_a_million_row_group_is_cut_without_encoding_it_whole(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    """rowsPerEvent=1048576 (the maximum) over rows of ~110 bytes: each task's group was
+    encoded whole (115 MB, in a buffer grown to 256 MB, then copied) before being halved,
+    and two tasks took the local JVM (driver and executor, 1 GiB heap) down. The encoding
+    now stops at maxEventBytes; the pieces are the same."""
+    df = spark.range(0, 2_000_000, 1, 2).selectExpr("id", "repeat('y', 100) as s")
+    _save(df, endpoint, seg, rowsPerEvent="1048576", compression="none")
+    assert [m["events"] for m in _report(spark)] == [32, 32]  # 1,000,000 rows in 32 pieces
+    back = _jvm(spark, endpoint, seg).load().selectExpr("count(*)", "count(distinct id)")
+    assert tuple(back.first()) == (2_000_000, 2_000_000)
