@@ -8,7 +8,7 @@ import pytest
 from segmentstore_client import sync
 from segmentstore_client.spark.jvm import FORMAT
 
-from .test_jvm_writer import _error, _jvm, _py_save, _python, _report, _save, _types
+from .test_jvm_writer import _error, _events, _jvm, _py_save, _python, _report, _save, _types
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("jvm_jar")]
 
@@ -164,3 +164,36 @@ def test_a_million_row_group_is_cut_without_encoding_it_whole(
     assert [m["events"] for m in _report(spark)] == [32, 32]  # 1,000,000 rows in 32 pieces
     back = _jvm(spark, endpoint, seg).load().selectExpr("count(*)", "count(distinct id)")
     assert tuple(back.first()) == (2_000_000, 2_000_000)
+
+
+def test_a_python_and_a_jvm_run_of_one_write_id_at_once_write_it_once(
+    spark: Any, endpoint: str, seg: str
+) -> None:
+    # Two runs of writeId W at the same time, one per format, as speculative attempts of
+    # one write would race: same writers, same numbers, so the server keeps each event once.
+    import threading
+
+    df = spark.range(0, 60_000, 1, 2).selectExpr("id", "concat('r', cast(id as string)) as s")
+    errors: list[str] = []
+
+    def run(save: Any) -> None:
+        try:
+            save(df, endpoint, seg, writeId="w-race", rowsPerEvent="1000")
+        except Exception as e:  # reported below: a clean refusal is allowed, not a dup
+            errors.append(
+                next(
+                    (ln for ln in str(e).splitlines() if "rror:" in ln or "segmentstore" in ln),
+                    str(e)[:300],
+                )
+            )
+
+    # The Python source is looked up on the calling thread: the JVM run goes in a thread.
+    jvm = threading.Thread(target=run, args=(_save,), daemon=True)
+    jvm.start()
+    run(_py_save)
+    jvm.join(300)
+    assert not jvm.is_alive()
+    assert len(errors) <= 1, errors
+    back = _jvm(spark, endpoint, seg).load().selectExpr("count(*)", "count(distinct id)")
+    assert tuple(back.first()) == (60_000, 60_000), errors
+    assert len(_events(endpoint, seg)) == 60
