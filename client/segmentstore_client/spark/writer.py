@@ -390,7 +390,9 @@ def write_partition(
         msg.resumed_from = max(0, have)
         last_ack = None
         checked = time.monotonic()
+        count = 0  # groups this attempt has
         for k, group in enumerate(groups()):
+            count = k + 1
             msg.rows += group.rows
             if have >= event_number(k + 1):
                 continue  # the server holds the whole group: do not even encode it
@@ -407,6 +409,16 @@ def write_partition(
                 msg.last_event_number = n
         if last_ack is not None:
             last_ack.wait(opts.timeout)  # acks come in order: all durable
+        if have >= event_number(count):
+            # The server holds events of groups this attempt does not have: a commit
+            # would report these rows while the target keeps more.
+            raise SegmentStoreError(
+                f"partition {partition} -> {target} (writer {wid}): the server holds this "
+                f"writer's events up to number {have}, beyond this attempt's {count} row "
+                f"group(s) ({msg.rows} rows): an earlier attempt or run of this write had more "
+                "rows (a non-deterministic input, or a writeId reused with other data); the "
+                "target keeps those events, so this write is not committed"
+            )
         writer.close()
         writer = None
         if msg.last_event_number == 0 and have > 0:

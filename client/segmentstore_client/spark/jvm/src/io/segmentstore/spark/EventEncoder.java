@@ -100,8 +100,11 @@ final class EventEncoder implements AutoCloseable {
   }
 
   private void split(int start, int count, List<Piece> done) throws IOException {
-    byte[] record = encode(start, count);
-    if (record.length <= maxEventBytes) {
+    // Rows of several: the encoding stops as soon as it passes maxEventBytes (null), so a
+    // group of a million rows never becomes one record of hundreds of MB (and its copy)
+    // only to be halved; the pieces are the same.
+    byte[] record = encode(start, count, count == 1 ? Integer.MAX_VALUE : maxEventBytes);
+    if (record != null && record.length <= maxEventBytes) {
       done.add(new Piece(record, count));
       return;
     }
@@ -119,16 +122,22 @@ final class EventEncoder implements AutoCloseable {
     split(start + half, count - half, done);
   }
 
-  private byte[] encode(int start, int count) throws IOException {
+  /** The record of rows [start, start + count), or null once it would pass {@code limit}. */
+  private byte[] encode(int start, int count, int limit) throws IOException {
     out.reset();
+    out.limit = limit - 4; // the CRC-32C follows
     head(count);
     int valueAt = out.size();
-    if (start == 0 && count == rows) {
-      stream(root);
-    } else {
-      try (VectorSchemaRoot part = root.slice(start, count)) {
-        stream(part);
+    try {
+      if (start == 0 && count == rows) {
+        stream(root);
+      } else {
+        try (VectorSchemaRoot part = root.slice(start, count)) {
+          stream(part);
+        }
       }
+    } catch (Out.TooBig e) {
+      return null;
     }
     if (out.size() == valueAt) {
       throw new IOException("segmentstore-jvm: the Arrow writer produced no bytes");
@@ -171,8 +180,36 @@ final class EventEncoder implements AutoCloseable {
 
   /** A byte stream whose bytes become one record: a copy with the CRC-32C appended. */
   private static final class Out extends ByteArrayOutputStream {
+    /** Thrown by a write that would make the stream longer than {@link #limit}. */
+    static final class TooBig extends RuntimeException {
+      private static final long serialVersionUID = 1L;
+
+      TooBig() {
+        super("over the event size", null, false, false);
+      }
+    }
+
+    private static final TooBig TOO_BIG = new TooBig();
+    int limit = Integer.MAX_VALUE;
+
     Out() {
       super(1 << 20);
+    }
+
+    @Override
+    public void write(byte[] b, int off, int len) {
+      if (len > limit - count) {
+        throw TOO_BIG;
+      }
+      super.write(b, off, len);
+    }
+
+    @Override
+    public void write(int b) {
+      if (count >= limit) {
+        throw TOO_BIG;
+      }
+      super.write(b);
     }
 
     byte[] sealed() {

@@ -204,6 +204,16 @@ final class EventWriter implements DataWriter<InternalRow> {
     if (pipe != null) {
       pipe.drain();
     }
+    if (held >= eventNumber(group, 0)) {
+      // The server holds events of groups this attempt does not have: committing would
+      // report these rows while the target keeps more (writer.py has the same check).
+      throw new IOException("segmentstore-jvm: partition " + msg.partition + " -> "
+          + msg.target + " (writer " + writer + "): the server holds this writer's events up "
+          + "to number " + held + ", beyond this attempt's " + group + " row group(s) ("
+          + msg.rows + " rows): an earlier attempt or run of this write had more rows (a "
+          + "non-deterministic input, or a writeId reused with other data); the target "
+          + "keeps those events, so this write is not committed");
+    }
     if (msg.lastEventNumber == 0 && held > 0) {
       msg.lastEventNumber = held;
     }

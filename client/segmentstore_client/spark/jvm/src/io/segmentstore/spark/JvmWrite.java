@@ -44,6 +44,13 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
   JvmWrite(LogicalWriteInfo info) {
     this.options = WriteOptions.parse(info.options().asCaseSensitiveMap());
     this.schema = info.schema();
+    for (org.apache.spark.sql.types.StructField f : schema.fields()) {
+      if (holdsYearMonth(f.dataType())) {
+        throw new IllegalArgumentException("segmentstore-jvm: column '" + f.name() + "' holds "
+            + "INTERVAL YEAR TO MONTH, which the Python reader and sink cannot convert to "
+            + "Arrow; cast it (to string or int) before writing");
+      }
+    }
     if (options.writeId == null) {
       identity = UUID.randomUUID();
       markerScope = null;
@@ -53,6 +60,28 @@ public final class JvmWrite implements WriteBuilder, SupportsTruncate, Write, Ba
       markerScope = WriteIds.markerScope(options.writeId, options.writeVersion, identity);
       markerSeq = options.writeVersion == null ? 0 : options.writeVersion;
     }
+  }
+
+  /** Whether {@code t} is or nests a year-month interval (pyspark has no Arrow type for it). */
+  private static boolean holdsYearMonth(org.apache.spark.sql.types.DataType t) {
+    if (t instanceof org.apache.spark.sql.types.YearMonthIntervalType) {
+      return true;
+    }
+    if (t instanceof StructType s) {
+      for (org.apache.spark.sql.types.StructField f : s.fields()) {
+        if (holdsYearMonth(f.dataType())) {
+          return true;
+        }
+      }
+      return false;
+    }
+    if (t instanceof org.apache.spark.sql.types.ArrayType a) {
+      return holdsYearMonth(a.elementType());
+    }
+    if (t instanceof org.apache.spark.sql.types.MapType m) {
+      return holdsYearMonth(m.keyType()) || holdsYearMonth(m.valueType());
+    }
+    return false;
   }
 
   /** The last committed write's partitions (JSON), on this driver: for tests and tools. */

@@ -102,8 +102,10 @@ final class ReadOptions implements Serializable {
           "segmentstore-jvm: option 'segment' (or 'segments') is required");
     }
     this.segments = Collections.unmodifiableList(segs);
-    this.timeoutMillis = (int) Math.round(seconds(o, "timeout", 60.0) * 1000);
-    this.connectTimeoutMillis = (int) Math.round(seconds(o, "connecttimeout", 5.0) * 1000);
+    // At least 1 ms: Java's sockets take 0 as no limit at all.
+    this.timeoutMillis = (int) Math.max(1, Math.round(seconds(o, "timeout", 60.0) * 1000));
+    this.connectTimeoutMillis =
+        (int) Math.max(1, Math.round(seconds(o, "connecttimeout", 5.0) * 1000));
     this.minPartitions =
         (int) optNumber(o, "minpartitions", Runtime.getRuntime().availableProcessors(), 1, 100_000);
     this.partitionBytes =

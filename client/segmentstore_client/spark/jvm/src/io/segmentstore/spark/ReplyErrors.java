@@ -37,7 +37,8 @@ final class ReplyErrors {
       case 50:
         return new IOException(prefix + ep + " does not own this segment (WrongHost)");
       case 51:
-        return new IOException(prefix + "the segment is sealed and has no data there");
+        return new IOException(prefix + (offset >= 0 ? "the segment is sealed and has no data there"
+            : "the segment is sealed and takes no more writes (SegmentIsSealed)"));
       case 53:
         return new IOException(prefix + "the segment does not exist (NoSuchSegment)");
       case 56:
