@@ -197,3 +197,20 @@ def test_a_python_and_a_jvm_run_of_one_write_id_at_once_write_it_once(
     back = _jvm(spark, endpoint, seg).load().selectExpr("count(*)", "count(distinct id)")
     assert tuple(back.first()) == (60_000, 60_000), errors
     assert len(_events(endpoint, seg)) == 60
+
+
+@pytest.mark.parametrize("encoding", ["arrow", "msgpack"])
+def test_the_python_sink_refuses_a_year_month_interval_in_one_line(
+    spark: Any, endpoint: str, seg: str, encoding: str
+) -> None:
+    """pyspark has no Arrow type for INTERVAL YEAR TO MONTH: the Python sink's workers
+    failed with a bare ``KeyError: 21``. Now the driver refuses it, naming the column,
+    before any target is made."""
+    df = spark.range(0, 4, 1, 1).selectExpr(
+        "id", "array(make_ym_interval(cast(id as int), 2)) as yms"
+    )
+    msg = _error(lambda: _py_save(df, endpoint, seg, encoding=encoding))
+    assert "column 'yms' holds INTERVAL YEAR TO MONTH" in msg, msg
+    assert "KeyError" not in msg
+    with sync.connect(endpoint) as c:
+        assert seg not in c.list_segments(seg.rsplit("/", 1)[0])

@@ -52,6 +52,7 @@ from pyspark.sql.types import (
     MapType,
     Row,
     StructType,
+    YearMonthIntervalType,
     _parse_datatype_json_string,
 )
 
@@ -482,6 +483,38 @@ def msgpack_headers(rows: int, spark_schema_json: str) -> dict[str, bytes]:
     if spark_schema_json:
         headers[SCHEMA_HEADER] = spark_schema_json.encode()
     return headers
+
+
+def _holds_year_month(dt: DataType) -> bool:
+    if isinstance(dt, YearMonthIntervalType):
+        return True
+    if isinstance(dt, StructType):
+        return any(_holds_year_month(f.dataType) for f in dt.fields)
+    if isinstance(dt, ArrayType):
+        return _holds_year_month(dt.elementType)
+    if isinstance(dt, MapType):
+        return _holds_year_month(dt.keyType) or _holds_year_month(dt.valueType)
+    return False
+
+
+def unwritable_column(schema: StructType) -> str | None:
+    """Why a column of ``schema`` cannot be written (None: every column can).
+
+    pyspark has no Arrow type for INTERVAL YEAR TO MONTH, so the workers cannot hand
+    such a column over (they failed with a bare ``KeyError: 21``); say so on the driver.
+
+    Example::
+
+        unwritable_column(StructType.fromDDL("id bigint")) is None
+    """
+    for f in schema.fields:
+        if _holds_year_month(f.dataType):
+            return (
+                f"column '{f.name}' holds INTERVAL YEAR TO MONTH ({f.dataType.simpleString()}),"
+                " which pyspark cannot convert to Arrow; cast it first (e.g. to string, or to"
+                " its months as an int)"
+            )
+    return None
 
 
 def schema_json_of(schema: StructType) -> str:

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from pyspark.sql.types import StructType
 
 from ..errors import SegmentStoreError
-from .codec import schema_json_of
+from .codec import schema_json_of, unwritable_column
 from .commit import abort_write, commit_write
 from .connect import open_client
 from .options import OptionError, ReadOptions, WriteOptions, marker_of, write_identity
@@ -68,6 +68,13 @@ def prepare_targets(options: WriteOptions) -> list[str]:
     finally:
         client.close()
     return busy
+
+
+def _check_writable(schema: StructType) -> None:
+    """Refuse, on the driver and before any target is made, a column no worker can send."""
+    why = unwritable_column(schema)
+    if why is not None:
+        raise SegmentStoreError(why)
 
 
 def select_columns(schema: StructType, columns: tuple[str, ...] | None) -> StructType:
@@ -224,6 +231,7 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
         driver). ``mode("overwrite")`` stages the write and replaces the targets'
         contents atomically on commit (see :mod:`.commit`)."""
         opts = WriteOptions.parse(self.options)
+        _check_writable(schema)
         if opts.stream is not None:
             return StreamTxnWriter(stream_write_job(opts, schema, overwrite))
         if overwrite and opts.save_mode != "append":
@@ -254,6 +262,7 @@ class SegmentStoreDataSource(DataSource):  # type: ignore[misc]
         if overwrite:
             raise OptionError("the segmentstore sink appends; use outputMode('append')")
         opts = WriteOptions.parse(self.options)
+        _check_writable(schema)
         if opts.save_mode != "append":
             raise OptionError("saveMode applies to batch writes; a streaming sink appends")
         if opts.stream is not None:
