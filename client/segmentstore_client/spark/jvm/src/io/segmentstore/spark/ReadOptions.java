@@ -83,7 +83,7 @@ final class ReadOptions implements Serializable {
           "segmentstore-jvm: option 'endpoint' must be tcp://host:port, not '" + endpoint + "'");
     }
     this.host = hostPort.substring(0, colon).replace("[", "").replace("]", "");
-    this.port = (int) number(o, "endpoint", hostPort.substring(colon + 1), 1, 65535);
+    this.port = (int) number("endpoint", hostPort.substring(colon + 1), 1, 65535);
     List<String> segs = new ArrayList<>();
     String one = o.containsKey("segment") ? o.get("segment") : o.get("path");
     if (one != null && !one.isEmpty()) {
@@ -171,10 +171,11 @@ final class ReadOptions implements Serializable {
 
   private static long optNumber(Map<String, String> o, String key, long dflt, long lo, long hi) {
     String v = o.get(key);
-    return v == null ? dflt : number(o, KNOWN.getOrDefault(key, key), v, lo, hi);
+    return v == null ? dflt : number(KNOWN.getOrDefault(key, key), v, lo, hi);
   }
 
-  private static long number(Map<String, String> o, String name, String v, long lo, long hi) {
+  /** Option {@code name}'s integer value {@code v} in lo..hi (the writer's options too). */
+  static long number(String name, String v, long lo, long hi) {
     long n;
     try {
       n = Long.parseLong(v.trim().replace("_", ""));

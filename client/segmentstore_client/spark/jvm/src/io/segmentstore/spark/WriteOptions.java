@@ -168,22 +168,7 @@ final class WriteOptions implements Serializable {
 
   private static long number(Map<String, String> o, String key, long dflt, long lo, long hi) {
     String v = o.get(key);
-    if (v == null) {
-      return dflt;
-    }
-    String name = KNOWN.get(key);
-    long n;
-    try {
-      n = Long.parseLong(v.trim().replace("_", ""));
-    } catch (NumberFormatException e) {
-      throw new IllegalArgumentException(
-          "segmentstore-jvm: option '" + name + "' must be an integer, not '" + v + "'");
-    }
-    if (n < lo || n > hi) {
-      throw new IllegalArgumentException(
-          "segmentstore-jvm: option '" + name + "' must be in " + lo + ".." + hi + ", not " + n);
-    }
-    return n;
+    return v == null ? dflt : ReadOptions.number(KNOWN.get(key), v, lo, hi);
   }
 
   private static String choice(Map<String, String> o, String key, String dflt, String... allowed) {
