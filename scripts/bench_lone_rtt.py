@@ -12,7 +12,10 @@ at a time to its own segment and waiting for each acknowledgement:
                ``bench_peers.py`` and ``bench_latency.py`` run it)
 
 and prints the ack p50 / p99 of each, per round, and the SDK's p50 minus the raw socket's
-p50 (what the SDK adds to a lone event over a bare socket, paired by round). Figures move
+p50 (what the SDK adds to a lone event over a bare socket, paired by round). With
+``--follow`` each round runs twice more per client with a tailing reader (the SDK's
+``reader(follow=True)``) in another process on the segment being written, as in
+``bench_peers.py``: the ack's cost of a consumer being woken by every event. Figures move
 by tens of microseconds between rounds on a shared machine: compare within a round.
 
     .venv/bin/python scripts/bench_lone_rtt.py
@@ -25,13 +28,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import multiprocessing as mp
 import socket
 import struct
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "client"))
@@ -127,6 +134,43 @@ async def sdk_round(endpoint: str, segment: str, events: int, size: int) -> list
         await client.close()
 
 
+async def _follow(endpoint: str, segment: str, ready: Any, stop: Any) -> None:
+    async with sc.connect(endpoint) as client:
+        reader = client.reader(segment, follow=True)
+        ready.set()
+        async for _event in reader:
+            if stop.is_set():
+                break
+        await reader.close()
+
+
+def follow_main(endpoint: str, segment: str, ready: Any, stop: Any) -> None:
+    asyncio.run(_follow(endpoint, segment, ready, stop))
+
+
+@contextlib.contextmanager
+def follower(endpoint: str, segment: str, on: bool) -> Iterator[None]:
+    """A tailing reader of ``segment`` in another process while the block runs (if ``on``)."""
+    if not on:
+        yield
+        return
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=follow_main, args=(endpoint, segment, ready, stop))
+    proc.start()
+    try:
+        if not ready.wait(TIMEOUT):
+            raise RuntimeError("the follower did not start")
+        time.sleep(0.2)  # its first read parked at the tail
+        yield
+    finally:
+        stop.set()
+        proc.join(2)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
 async def create(endpoint: str, names: list[str]) -> None:
     client = await sc.connect(endpoint)
     try:
@@ -142,6 +186,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--size", type=int, default=100, help="event size in bytes")
     p.add_argument("--fsync", default="always", choices=("always", "interval", "never"))
+    p.add_argument("--follow", action="store_true", help="also each client with a tailing reader")
     a = p.parse_args()
     if a.events < 1 or a.rounds < 1 or a.size < 0:
         p.error("--events and --rounds must be >= 1 and --size >= 0")
@@ -158,15 +203,21 @@ def main() -> None:
             asyncio.run(create(server.endpoint, ["rtt/raw/0", "rtt/sdk/0"]))
             print(f"fsync={a.fsync}, {a.events} lone events of {a.size} B per client and round")
             for r in range(1, a.rounds + 1):
-                raw = percentiles(raw_round(server.port, "rtt/raw/0", a.events, a.size))
-                with asyncio.Runner(loop_factory=new_loop) as runner:
-                    lat = runner.run(sdk_round(server.endpoint, "rtt/sdk/0", a.events, a.size))
-                sdk = percentiles(lat)
-                print(
-                    f"round {r}: raw socket p50 {raw[0]:5.0f} us p99 {raw[1]:6.0f} us | "
-                    f"SDK p50 {sdk[0]:5.0f} us p99 {sdk[1]:6.0f} us | "
-                    f"SDK - raw p50 {sdk[0] - raw[0]:+5.0f} us"
-                )
+                for follow in (False, True) if a.follow else (False,):
+                    with follower(server.endpoint, "rtt/raw/0", follow):
+                        raw = percentiles(raw_round(server.port, "rtt/raw/0", a.events, a.size))
+                    with (
+                        follower(server.endpoint, "rtt/sdk/0", follow),
+                        asyncio.Runner(loop_factory=new_loop) as runner,
+                    ):
+                        lat = runner.run(sdk_round(server.endpoint, "rtt/sdk/0", a.events, a.size))
+                    sdk = percentiles(lat)
+                    print(
+                        f"round {r}{' follow' if follow else '       '}: "
+                        f"raw socket p50 {raw[0]:5.0f} us p99 {raw[1]:6.0f} us | "
+                        f"SDK p50 {sdk[0]:5.0f} us p99 {sdk[1]:6.0f} us | "
+                        f"SDK - raw p50 {sdk[0] - raw[0]:+5.0f} us"
+                    )
         finally:
             server.stop()
 

@@ -4,6 +4,7 @@ socket and through the SDK; each timed event must really be appended and acknowl
 from __future__ import annotations
 
 import asyncio
+import multiprocessing as mp
 import socket
 import sys
 import uuid
@@ -16,7 +17,14 @@ import segmentstore_client as sc
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
-from bench_lone_rtt import _frame, create, percentiles, raw_round, sdk_round  # noqa: E402
+from bench_lone_rtt import (  # noqa: E402
+    _frame,
+    create,
+    follower,
+    percentiles,
+    raw_round,
+    sdk_round,
+)
 
 if TYPE_CHECKING:
     from conftest import ServerProcess  # tests/conftest.py
@@ -43,6 +51,26 @@ async def test_both_clients_append_every_timed_event(module_server: ServerProces
     assert await _length(ep, sdk_seg) == 25 * 108
     p50, p99 = percentiles(raw)
     assert 0 < p50 <= p99
+
+
+async def test_the_follower_reads_while_the_round_runs_and_stops(
+    module_server: ServerProcess,
+) -> None:
+    """``--follow``: a tailing reader runs in another process while the round appends, the
+    round still appends every event, and no process is left when the block ends."""
+    ep = module_server.endpoint
+    seg = f"rtt/{uuid.uuid4().hex}/follow"
+    await create(ep, [seg])
+
+    def run() -> None:
+        with follower(ep, seg, True):
+            raw_round(module_server.port, seg, 20, 100)
+            children = mp.active_children()
+            assert any(p.is_alive() for p in children)
+        assert not [p for p in mp.active_children() if p.is_alive()]
+
+    await asyncio.to_thread(run)
+    assert await _length(ep, seg) == 20 * 108
 
 
 def test_a_bad_frame_length_is_refused() -> None:
