@@ -31,9 +31,8 @@ import java.nio.ByteBuffer;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.UUID;
-import java.util.concurrent.Executors;
-import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 
 final class WireClient implements Closeable {
@@ -520,13 +519,25 @@ final class WireClient implements Closeable {
     }
   }
 
-  private static final ScheduledExecutorService WATCHDOG =
-      Executors.newSingleThreadScheduledExecutor(
-          r -> {
-            Thread t = new Thread(r, "segmentstore-jvm-write-watchdog");
-            t.setDaemon(true);
-            return t;
-          });
+  // One daemon thread for every client of the JVM. A cancelled watchdog leaves the queue
+  // at once: by default it stayed there until its delay ran out, one task per append for
+  // `timeout` (60 s), so a write of 1 M tiny events kept ~70 MB of them on the heap.
+  private static final ScheduledThreadPoolExecutor WATCHDOG = watchdog();
+
+  private static ScheduledThreadPoolExecutor watchdog() {
+    ScheduledThreadPoolExecutor e = new ScheduledThreadPoolExecutor(1, r -> {
+      Thread t = new Thread(r, "segmentstore-jvm-write-watchdog");
+      t.setDaemon(true);
+      return t;
+    });
+    e.setRemoveOnCancelPolicy(true);
+    return e;
+  }
+
+  /** Watchdogs scheduled and not yet cancelled or run, in this JVM (for tests). */
+  static int watchdogsQueued() {
+    return WATCHDOG.getQueue().size();
+  }
 
   private void closeQuietly() {
     try {
