@@ -1,6 +1,7 @@
 """What a ``segmentstore-jvm`` write or read leaves in the Spark JVM once it returns: no
-socket to the server, no thread of its own but the one write watchdog, no Arrow memory,
-no watchdog still queued, whether the write succeeded or the server went away mid-write
+client or socket to the server, no thread of its own but the one write watchdog, no
+Arrow memory (Allocators: every task's allocator is a child of one root), no watchdog
+still queued, whether the write succeeded or the server went away mid-write
 (session 14: the JVM's memory over 20 writes plateaus; see the README's Spark section and
 ``scripts/bench_spark_memory.py``). Local mode: the driver is the executor, so /proc of
 the driver JVM shows the tasks' sockets."""
@@ -8,6 +9,7 @@ the driver JVM shows the tasks' sockets."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,58 +46,54 @@ def _sockets_to(pid: int, port: int) -> list[str]:
     return states
 
 
-def _static(spark: Any, cls: str, name: str, field: bool = False) -> Any:
-    """A package-private static of the jar or of Arrow (by reflection; spark.jars are
-    loaded by Spark's class loader)."""
+def _static(spark: Any, cls: str, name: str) -> Any:
+    """What a package-private static method of the jar returns (by reflection; spark.jars
+    are loaded by Spark's class loader)."""
     jvm = spark._jvm
     loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
     c = jvm.java.lang.Class.forName(cls, True, loader)
-    if field:
-        f = c.getDeclaredField(name)
-        f.setAccessible(True)
-        return f.get(None)
     none = jvm.java.lang.reflect.Array.newInstance
     m = c.getDeclaredMethod(name, none(jvm.java.lang.Class.forName("java.lang.Class"), 0))
     m.setAccessible(True)
     return m.invoke(None, none(jvm.java.lang.Class.forName("java.lang.Object"), 0))
 
 
-def _arrow_bytes(spark: Any) -> int:
-    """Bytes of live Arrow buffers in the JVM, every allocator's (Arrow's netty allocation
-    manager, which Spark's jars select, counts them as it hands them out)."""
-    inner = _static(
-        spark, "org.apache.arrow.memory.netty.NettyAllocationManager", "INNER_ALLOCATOR", True
-    )
-    return int(inner.getHugeBufferSize()) + int(inner.getNormalBufferSize())
-
-
-def _left(spark: Any, arrow_before: int, *ports: int) -> dict[str, Any]:
-    """What the last write or read left behind (all empty or zero when it cleaned up)."""
+def _left(spark: Any, start: dict[str, Any] | None = None, *ports: int) -> dict[str, Any]:
+    """What the last write or read left behind since ``start`` (another ``_left``): all
+    empty or zero when it cleaned up (counts since the test began, so an earlier test's
+    leftovers do not count here)."""
     pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
     threads = spark._jvm.java.lang.Thread.getAllStackTraces().keySet()
     names = sorted(str(t.getName()) for t in threads)
-    return {
+    ours = "io.segmentstore.spark."
+    left = {
+        # A client not closed: its socket too, until a collection finds it unreachable
+        # (the JDK's cleaner); a reset socket has left /proc/net/tcp, not the count.
+        "clients open": _static(spark, ours + "WireClient", "open"),
         "sockets": [s for p in ports for s in _sockets_to(pid, p)],
         "threads": [n for n in names if n.startswith("segmentstore-jvm") and n != WATCHDOG],
-        "arrow bytes": _arrow_bytes(spark) - arrow_before,
-        "watchdogs queued": _static(spark, "io.segmentstore.spark.WireClient", "watchdogsQueued"),
+        "arrow bytes": _static(spark, ours + "Allocators", "allocated"),
+        "watchdogs queued": _static(spark, ours + "WireClient", "watchdogsQueued"),
     }
+    for k in ("clients open", "arrow bytes"):
+        left[k] -= start[k] if start else 0
+    return left
 
 
-CLEAN = {"sockets": [], "threads": [], "arrow bytes": 0, "watchdogs queued": 0}
+CLEAN = {"clients open": 0, "sockets": [], "threads": [], "arrow bytes": 0, "watchdogs queued": 0}
 
 
 def test_writes_and_reads_leave_nothing_behind(spark: Any, endpoint: str, seg: str) -> None:
     port = _port(endpoint)
-    before = _arrow_bytes(spark)
+    start = _left(spark)
     df = _df(spark, 20_000, partitions=2)
     for i in range(4):  # 200 appends each, every one under its watchdog
         _save(df, endpoint, f"{seg}{i}", rowsPerEvent="100")
-        assert _left(spark, before, port) == CLEAN, f"after write {i + 1}"
+        assert _left(spark, start, port) == CLEAN, f"after write {i + 1}"
     for i in range(2):
         frame = spark.read.format(FORMAT).option("endpoint", endpoint).option("segment", f"{seg}0")
         frame.load().write.format("noop").mode("overwrite").save()
-        assert _left(spark, before, port) == CLEAN, f"after read {i + 1}"
+        assert _left(spark, start, port) == CLEAN, f"after read {i + 1}"
 
 
 @pytest.mark.parametrize("stall", [False, True], ids=["server-closes", "server-stops-reading"])
@@ -104,25 +102,18 @@ def test_a_write_failing_mid_way_leaves_nothing_behind(
 ) -> None:
     """Every attempt (three: local[2,3]) fails: the proxy closes the connection after
     256 KiB, or stops reading there and the write watchdog closes it after 1 s (once the
-    sockets' buffers are full: hence rows of ~15 KB). Counted
-    while the proxy still holds its side, so a socket the JVM kept would show."""
-    before = _arrow_bytes(spark)
+    sockets' buffers are full: hence rows of ~15 KB). Counted while the proxy still holds
+    its side, so a socket the JVM kept would show."""
+    start = _left(spark)
     proxy = _CuttingProxy(endpoint, limit=256 * 1024, stall=stall)
     try:
         df = spark.range(0, 3000, 1, 1).selectExpr("id", "repeat(cast(id as string), 4000) s")
         for i in range(2):
-            msg = _error(
-                lambda i=i: _save(
-                    df,
-                    proxy.endpoint,
-                    f"{seg}{i}",
-                    rowsPerEvent="50",
-                    compression="none",
-                    timeout="1",
-                )
-            )
-            assert "segmentstore-jvm" in msg and f"segment '{seg}{i}'" in msg, msg
-            left = _left(spark, before, _port(proxy.endpoint), _port(endpoint))
+            target = f"{seg}{i}"
+            opts = {"rowsPerEvent": "50", "compression": "none", "timeout": "1"}
+            msg = _error(partial(_save, df, proxy.endpoint, target, **opts))
+            assert "segmentstore-jvm" in msg and f"segment '{target}'" in msg, msg
+            left = _left(spark, start, _port(proxy.endpoint), _port(endpoint))
             assert left == CLEAN, f"after failed write {i + 1}"
     finally:
         proxy.close()

@@ -34,6 +34,8 @@ import java.util.UUID;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 
 final class WireClient implements Closeable {
   static final int HELLO = -127;
@@ -110,6 +112,8 @@ final class WireClient implements Closeable {
   private static final int FRAME_BYTES = EventSource.READ_BYTES + 64 * 1024;
   private byte[] frame = new byte[0];
   private int frameLen;
+  private static final AtomicInteger OPEN = new AtomicInteger();
+  private final AtomicBoolean closed = new AtomicBoolean();
 
   WireClient(ReadOptions o) throws IOException {
     this(o.host, o.port, o.timeoutMillis, o.connectTimeoutMillis);
@@ -140,6 +144,7 @@ final class WireClient implements Closeable {
     h.writeInt(WIRE_VERSION);
     h.writeInt(OLDEST_VERSION);
     send(HELLO, hello.toByteArray(), "(hello)");
+    OPEN.incrementAndGet();
   }
 
   /** GetStreamSegmentInfo; a missing segment is an IOException naming it. */
@@ -547,9 +552,22 @@ final class WireClient implements Closeable {
     }
   }
 
+  /**
+   * Closes the socket (any thread, any number of times). Every client made must be closed
+   * by its owner, even after the write watchdog closed its socket: {@link #open} counts
+   * those that were not.
+   */
   @Override
   public void close() throws IOException {
+    if (closed.compareAndSet(false, true)) {
+      OPEN.decrementAndGet();
+    }
     socket.close();
+  }
+
+  /** Clients made and not closed yet, in this JVM (for tests and tools). */
+  static int open() {
+    return OPEN.get();
   }
 
   /**
