@@ -136,14 +136,19 @@ final class WireClient implements Closeable {
           "segmentstore-jvm: cannot connect to " + endpoint + ": " + e.getMessage(), e);
     }
     this.socket = s;
-    this.deadline = new Deadline(s);
-    this.in = new DataInputStream(new BufferedInputStream(deadline, 1 << 16));
-    this.out = new DataOutputStream(new BufferedOutputStream(s.getOutputStream(), 1 << 12));
-    ByteArrayOutputStream hello = new ByteArrayOutputStream();
-    DataOutputStream h = new DataOutputStream(hello);
-    h.writeInt(WIRE_VERSION);
-    h.writeInt(OLDEST_VERSION);
-    send(HELLO, hello.toByteArray(), "(hello)");
+    try { // a client that is not returned has no owner to close it: its socket is closed here
+      this.deadline = new Deadline(s);
+      this.in = new DataInputStream(new BufferedInputStream(deadline, 1 << 16));
+      this.out = new DataOutputStream(new BufferedOutputStream(s.getOutputStream(), 1 << 12));
+      ByteArrayOutputStream hello = new ByteArrayOutputStream();
+      DataOutputStream h = new DataOutputStream(hello);
+      h.writeInt(WIRE_VERSION);
+      h.writeInt(OLDEST_VERSION);
+      send(HELLO, hello.toByteArray(), "(hello)");
+    } catch (IOException | RuntimeException e) {
+      s.close();
+      throw e;
+    }
     OPEN.incrementAndGet();
   }
 
