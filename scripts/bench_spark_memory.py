@@ -5,15 +5,18 @@ Runs ``--writes`` writes of the benchmark's DataFrame (``bench_spark.py``: 1,000
 full reads of the first segment with the JVM reader, then ``--parquet`` Parquet writes, in
 one ``local[2]`` session with the benchmark's 2 GiB driver heap. After each it prints the
 driver JVM's (local mode: also the executor's) resident set, its heap after
-``System.gc()`` and the heap G1 has committed, metaspace and code, the ``direct`` and
-``mapped`` buffer pools, the Arrow memory held by live buffers (all allocators: Arrow's
-netty allocation manager counts them) and the netty arenas' chunks, the segmentstore-jvm
-reader's pooled arrays (``Buffers``), threads, file descriptors (sockets apart) and, with
+``System.gc()`` (``--no-gc``: as found) and the heap G1 has committed, metaspace, the
+``direct`` and
+``mapped`` buffer pools, the Arrow memory this jar's tasks hold (``Allocators``: 0 between
+jobs unless one leaked) and the netty arenas' chunks under every Arrow allocator, the
+reader's pooled arrays (``Buffers``), the jar's clients not closed and write watchdogs
+queued, threads, file descriptors (sockets apart) and, with
 ``--nmt``, the JVM's native memory (``-XX:NativeMemoryTracking=summary``, via ``jcmd``).
 The last lines give each measure's growth per operation over the second half of each
 phase (a least-squares slope): a leak grows linearly, a warming JVM plateaus.
 
     .venv/bin/python scripts/bench_spark_memory.py --nmt
+    .venv/bin/python scripts/bench_spark_memory.py --no-gc --nmt --idle 70
     .venv/bin/python scripts/bench_spark_memory.py --writes 30 --reads 0 --parquet 0 --rows 200000
 """
 
@@ -96,20 +99,19 @@ class Probe:
         cls = jvm.java.lang.Class.forName("java.lang.management.BufferPoolMXBean")
         self.pools = list(mf.getPlatformMXBeans(cls))
         self.spaces = [b for b in mf.getMemoryPoolMXBeans() if str(b.getName()) == "Metaspace"]
-        self.arrow = self._static(
-            "org.apache.arrow.memory.netty.NettyAllocationManager", "INNER_ALLOCATOR"
+        ours = "io.segmentstore.spark."
+        self.arrow = self._method(ours + "Allocators", "allocated")
+        self.buffers = self._method(ours + "Buffers", "pooled")
+        self.clients = self._method(ours + "WireClient", "open")
+        self.watchdogs = self._method(ours + "WireClient", "watchdogsQueued")
+        self.none = jvm.java.lang.reflect.Array.newInstance(
+            jvm.java.lang.Class.forName("java.lang.Object"), 0
         )
-        self.buffers = self._method("io.segmentstore.spark.Buffers", "pooled")
 
     def _class(self, name: str) -> Any:
         # spark.jars are loaded by Spark's class loader, not the JVM's application one.
         loader = self.jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
         return self.jvm.java.lang.Class.forName(name, True, loader)
-
-    def _static(self, cls: str, name: str) -> Any:
-        f = self._class(cls).getDeclaredField(name)
-        f.setAccessible(True)
-        return f.get(None)
 
     def _method(self, cls: str, name: str) -> Any:
         empty = self.jvm.java.lang.Class.forName("java.lang.Class")
@@ -133,16 +135,11 @@ class Probe:
             name = str(p.getName())
             if name in ("direct", "mapped"):
                 s[name] = p.getMemoryUsed() / MB
-        s["arrow"] = (self.arrow.getHugeBufferSize() + self.arrow.getNormalBufferSize()) / MB
+        s["arrow"] = self.arrow.invoke(None, self.none) / MB
         s["netty"] = self.jvm.io.netty.util.internal.PlatformDependent.usedDirectMemory() / MB
-        s["pooled"] = float(
-            self.buffers.invoke(
-                None,
-                self.jvm.java.lang.reflect.Array.newInstance(
-                    self.jvm.java.lang.Class.forName("java.lang.Object"), 0
-                ),
-            )
-        )
+        s["pooled"] = float(self.buffers.invoke(None, self.none))
+        s["clients"] = float(self.clients.invoke(None, self.none))
+        s["wdogs"] = float(self.watchdogs.invoke(None, self.none))
         s["threads"] = float(self.threads.getThreadCount())
         fds, socks = _fds(self.pid)
         s["fds"], s["socks"] = float(fds), float(socks)
@@ -187,7 +184,11 @@ def _slope(ys: list[float]) -> float:
 
 
 def _fmt(k: str, v: float) -> str:
-    return f"{v:7.0f}" if k in ("threads", "fds", "socks", "pooled") else f"{v:7.1f}"
+    return (
+        f"{v:7.0f}"
+        if k in ("threads", "fds", "socks", "pooled", "clients", "wdogs")
+        else f"{v:7.1f}"
+    )
 
 
 def main() -> int:
@@ -206,6 +207,13 @@ def main() -> int:
         "--no-gc",
         action="store_true",
         help="sample without System.gc() first (heap is then what is used, live or not)",
+    )
+    ap.add_argument(
+        "--idle",
+        type=float,
+        default=0,
+        help="then wait this many seconds and sample once more (Spark's cached thread pools"
+        " let an idle thread go after 60 s)",
     )
     ap.add_argument(
         "--histo",
@@ -296,6 +304,13 @@ def main() -> int:
                 print(f"threads new since the start: {_pools(gained)}")
             if n and ns.histo:
                 print("\n".join(probe.histogram()))
+        if ns.idle:
+            time.sleep(ns.idle)
+            s = probe.sample()
+            print(f"{'idle':14s}{ns.idle:6.0f}" + "".join(" " + _fmt(k, s[k]) for k in keys))
+            print(
+                f"threads new since the start: {_pools(sorted(set(probe.thread_names()) - set(names0)))}"
+            )
         print("growth per operation over the second half of each phase (least squares):")
         for name, samples in rows.items():
             half = samples[len(samples) // 2 :]
