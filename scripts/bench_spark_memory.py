@@ -35,7 +35,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from segmentstore.server.launcher import ServerProcess
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_spark import frame, server, session
 
 MB = 1024 * 1024
 HISTO = re.compile(
@@ -223,107 +224,88 @@ def main() -> int:
     ns = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-memory-"))
+    try:
+        with server(work / "server", "never") as (endpoint, _):
+            _run(ns, work, endpoint)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _run(ns: argparse.Namespace, work: Path, endpoint: str) -> None:
     from pyspark.sql import SparkSession
     from segmentstore_client.spark.jvm import FORMAT, jar_path
 
-    work = Path(tempfile.mkdtemp(prefix="bench-spark-memory-"))
-    server = ServerProcess(work / "server", ["--fsync", "never"], http_port=-1)
-    server.start()
-    try:
-        builder = SparkSession.builder.config("spark.jars", jar_path())
-        if ns.nmt:
-            builder = builder.config(
-                "spark.driver.extraJavaOptions", "-XX:NativeMemoryTracking=summary"
-            )
-        spark = (
-            builder.master(ns.master)
-            .appName("bench_spark_memory")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.memory", ns.driver_memory)
-            .getOrCreate()
+    builder = SparkSession.builder.config("spark.jars", jar_path())
+    if ns.nmt:
+        builder = builder.config(
+            "spark.driver.extraJavaOptions", "-XX:NativeMemoryTracking=summary"
         )
-        spark.sparkContext.setLogLevel("ERROR")
-        cores = spark.sparkContext.defaultParallelism
-        df = spark.range(0, ns.rows, 1, cores).selectExpr(
-            "id",
-            "cast(id % 100000 as int) as k",
-            "concat('user-', cast(id % 50000 as string)) as name",
-            "cast(id as double) * 1.0001 as amount",
-            "timestamp_micros(1700000000000000 + id * 1000) as ts",
-            "cast(id % 1000000 as decimal(18, 2)) as price",
-        )
-        endpoint = server.endpoint
+    spark = session(builder, ns.master, "bench_spark_memory", ns.driver_memory)
+    cores = spark.sparkContext.defaultParallelism
+    df = frame(spark, ns.rows, cores)
 
-        def jvm_write(i: int) -> None:
-            w = df.write.format(FORMAT).option("endpoint", endpoint)
-            w = w.option("segment", f"mem/w/{i}").option("rowsPerEvent", str(ns.rows_per_event))
-            w.option("compression", "zstd").mode("append").save()
+    def jvm_write(i: int) -> None:
+        w = df.write.format(FORMAT).option("endpoint", endpoint)
+        w = w.option("segment", f"mem/w/{i}").option("rowsPerEvent", str(ns.rows_per_event))
+        w.option("compression", "zstd").mode("append").save()
 
-        def jvm_read(i: int) -> None:
-            r = spark.read.format(FORMAT).option("endpoint", endpoint).option("segment", "mem/w/0")
-            r.load().write.format("noop").mode("overwrite").save()
+    def jvm_read(i: int) -> None:
+        r = spark.read.format(FORMAT).option("endpoint", endpoint).option("segment", "mem/w/0")
+        r.load().write.format("noop").mode("overwrite").save()
 
-        def parquet(i: int) -> None:
-            df.write.parquet(str(work / "parquet" / str(i)))
-            shutil.rmtree(work / "parquet" / str(i))
+    def parquet(i: int) -> None:
+        df.write.parquet(str(work / "parquet" / str(i)))
+        shutil.rmtree(work / "parquet" / str(i))
 
-        probe = Probe(spark.sparkContext._jvm, ns.nmt, not ns.no_gc)
-        base = probe.sample()
-        names0 = probe.thread_names()
-        keys = list(base)
-        print(
-            f"{ns.rows:,} rows x {len(df.columns)} columns, {ns.master}, driver memory "
-            f"{ns.driver_memory}, jvm pid {probe.pid}; MB unless a count"
-        )
-        print(f"{'op':14s}{'s':>6s}" + "".join(f"{k:>8s}" for k in keys))
-        print(f"{'start':14s}{'':6s}" + "".join(" " + _fmt(k, base[k]) for k in keys), flush=True)
-        phases: list[tuple[str, int, Callable[[int], None]]] = [
-            ("jvm write", ns.writes, jvm_write),
-            ("jvm read", ns.reads, jvm_read),
-            ("parquet write", ns.parquet, parquet),
-        ]
-        rows: dict[str, list[dict[str, float]]] = {}
-        for name, n, action in phases:
-            for i in range(n):
-                t0 = time.perf_counter()
-                action(i)
-                took = time.perf_counter() - t0
-                s = probe.sample()
-                rows.setdefault(name, []).append(s)
-                print(
-                    f"{name + ' ' + str(i + 1):14s}{took:6.2f}"
-                    + "".join(" " + _fmt(k, s[k]) for k in keys),
-                    flush=True,
-                )
-            if n:
-                gained = sorted(set(probe.thread_names()) - set(names0))
-                print(f"threads new since the start: {_pools(gained)}")
-            if n and ns.histo:
-                print("\n".join(probe.histogram()))
-        if ns.idle:
-            time.sleep(ns.idle)
+    probe = Probe(spark.sparkContext._jvm, ns.nmt, not ns.no_gc)
+    base = probe.sample()
+    names0 = probe.thread_names()
+    keys = list(base)
+    print(
+        f"{ns.rows:,} rows x {len(df.columns)} columns, {ns.master}, driver memory "
+        f"{ns.driver_memory}, jvm pid {probe.pid}; MB unless a count"
+    )
+    print(f"{'op':14s}{'s':>6s}" + "".join(f"{k:>8s}" for k in keys))
+    print(f"{'start':14s}{'':6s}" + "".join(" " + _fmt(k, base[k]) for k in keys), flush=True)
+    phases: list[tuple[str, int, Callable[[int], None]]] = [
+        ("jvm write", ns.writes, jvm_write),
+        ("jvm read", ns.reads, jvm_read),
+        ("parquet write", ns.parquet, parquet),
+    ]
+    rows: dict[str, list[dict[str, float]]] = {}
+    for name, n, action in phases:
+        for i in range(n):
+            t0 = time.perf_counter()
+            action(i)
+            took = time.perf_counter() - t0
             s = probe.sample()
-            print(f"{'idle':14s}{ns.idle:6.0f}" + "".join(" " + _fmt(k, s[k]) for k in keys))
+            rows.setdefault(name, []).append(s)
             print(
-                f"threads new since the start: {_pools(sorted(set(probe.thread_names()) - set(names0)))}"
+                f"{name + ' ' + str(i + 1):14s}{took:6.2f}"
+                + "".join(" " + _fmt(k, s[k]) for k in keys),
+                flush=True,
             )
-        print("growth per operation over the second half of each phase (least squares):")
-        for name, samples in rows.items():
-            half = samples[len(samples) // 2 :]
-            print(
-                f"{name:14s}{'':6s}"
-                + "".join(f" {_slope([s[k] for s in half]):+7.2f}" for k in keys)
-            )
-        spark.stop()
-    finally:
-        with suppress(subprocess.TimeoutExpired):
-            server.stop(20)
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+        if n:
+            gained = sorted(set(probe.thread_names()) - set(names0))
+            print(f"threads new since the start: {_pools(gained)}")
+        if n and ns.histo:
+            print("\n".join(probe.histogram()))
+    if ns.idle:
+        time.sleep(ns.idle)
+        s = probe.sample()
+        print(f"{'idle':14s}{ns.idle:6.0f}" + "".join(" " + _fmt(k, s[k]) for k in keys))
+        print(
+            f"threads new since the start: {_pools(sorted(set(probe.thread_names()) - set(names0)))}"
+        )
+    print("growth per operation over the second half of each phase (least squares):")
+    for name, samples in rows.items():
+        half = samples[len(samples) // 2 :]
+        print(
+            f"{name:14s}{'':6s}" + "".join(f" {_slope([s[k] for s in half]):+7.2f}" for k in keys)
+        )
+    spark.stop()
 
 
 if __name__ == "__main__":
