@@ -67,6 +67,37 @@ def server(data_dir: Path, fsync: str) -> Iterator[tuple[str, int]]:
             proc.stop(20)
 
 
+def session(builder: Any, master: str, name: str, driver_memory: str = "2g") -> Any:
+    """The benchmark's SparkSession from ``builder`` (jars and JVM options already set):
+    no UI, two shuffle partitions, on 127.0.0.1, a ``driver_memory`` heap, ERROR logs."""
+    spark = (
+        builder.master(master)
+        .appName(name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", driver_memory)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def frame(spark: Any, rows: int, partitions: int) -> Any:
+    """The benchmark's DataFrame: ``rows`` rows of six columns (bigint, int, string,
+    double, timestamp, decimal(18,2)) in ``partitions`` partitions."""
+    return spark.range(0, rows, 1, partitions).selectExpr(
+        "id",
+        "cast(id % 100000 as int) as k",
+        "concat('user-', cast(id % 50000 as string)) as name",
+        "cast(id as double) * 1.0001 as amount",
+        "timestamp_micros(1700000000000000 + id * 1000) as ts",
+        "cast(id % 1000000 as decimal(18, 2)) as price",
+    )
+
+
 NO_SIZE_CHECK: Final = "spark.sql.execution.arrow.maxBytesPerBatch=2147483647"
 """Spark's one value of ``maxBytesPerBatch`` that skips its per-row batch-size check when
 it feeds rows to a Python writer (see the README's Spark benchmark, session 11)."""
@@ -238,31 +269,13 @@ def main() -> int:
                 if ns.jvm_timing:
                     timing = "-Dsegmentstore.jvm.timing=true"
                     builder = builder.config("spark.driver.extraJavaOptions", timing)
-            spark = (
-                builder.master(ns.master)
-                .appName("bench_spark")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .config("spark.sql.shuffle.partitions", "2")
-                .config("spark.driver.bindAddress", "127.0.0.1")
-                .config("spark.driver.host", "127.0.0.1")
-                .config("spark.driver.memory", "2g")
-                .getOrCreate()
-            )
-            spark.sparkContext.setLogLevel("ERROR")
+            spark = session(builder, ns.master, "bench_spark")
             spark.dataSource.register(_source())
             jvm: Any = spark.sparkContext._jvm
             jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
             timer = Timer(jvm_pid, server_pid, jvm)
             cores = spark.sparkContext.defaultParallelism
-            df = spark.range(0, ns.rows, 1, cores).selectExpr(
-                "id",
-                "cast(id % 100000 as int) as k",
-                "concat('user-', cast(id % 50000 as string)) as name",
-                "cast(id as double) * 1.0001 as amount",
-                "timestamp_micros(1700000000000000 + id * 1000) as ts",
-                "cast(id % 1000000 as decimal(18, 2)) as price",
-            )
+            df = frame(spark, ns.rows, cores)
             print(
                 f"{ns.rows:,} rows x {len(df.columns)} columns, master {ns.master}, "
                 f"fsync={ns.fsync if not ns.endpoint else 'as configured'}, "

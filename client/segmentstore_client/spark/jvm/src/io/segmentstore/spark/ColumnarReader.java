@@ -17,7 +17,6 @@ import java.io.UncheckedIOException;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -82,7 +81,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     this.events = new EventSource(
             new WireClient(o), range.segment, range.start, range.end, EventSource.READ_BYTES);
     Timing.log("task-connect", t, range.toString());
-    this.allocator = new RootAllocator(Long.MAX_VALUE);
+    this.allocator = Allocators.child("segmentstore-jvm read " + range);
     this.arrow = new ArrowEvents(allocator, schema);
     this.decoder = new Thread(this::decodeAll, "segmentstore-jvm " + range);
     decoder.setDaemon(true);

@@ -13,7 +13,6 @@ package io.segmentstore.spark;
 import java.io.IOException;
 import java.util.UUID;
 import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.memory.RootAllocator;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
@@ -137,7 +136,7 @@ final class EventWriter implements DataWriter<InternalRow> {
     pipe = new AppendPipe(client, writer, msg.target);
     held = pipe.held();
     msg.resumedFrom = held;
-    allocator = new RootAllocator(Long.MAX_VALUE);
+    allocator = Allocators.child("segmentstore-jvm write partition " + msg.partition);
     encoder = new EventEncoder(allocator, schema, options.compression, options.maxEventBytes);
   }
 

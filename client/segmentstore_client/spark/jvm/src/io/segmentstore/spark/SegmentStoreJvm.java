@@ -16,7 +16,7 @@ import java.util.EnumSet;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
-import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.memory.BufferAllocator;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
@@ -68,7 +68,7 @@ public final class SegmentStoreJvm implements TableProvider, DataSourceRegister 
   /** The Spark schema stored with the first event of the first non-empty segment. */
   static StructType inferFromData(ReadOptions o) throws IOException {
     try (WireClient c = new WireClient(o);
-        RootAllocator alloc = new RootAllocator(Long.MAX_VALUE)) {
+        BufferAllocator alloc = Allocators.child("segmentstore-jvm schema")) {
       for (Planner.Range r : Planner.spans(o, c)) {
         // Only the first event is needed: small reads, nothing prefetched past it.
         EventSource events = new EventSource(c, r.segment, r.start, r.start + 1, 64 * 1024);

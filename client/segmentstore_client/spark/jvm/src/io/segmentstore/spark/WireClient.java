@@ -31,10 +31,11 @@ import java.nio.ByteBuffer;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.UUID;
-import java.util.concurrent.Executors;
-import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 
 final class WireClient implements Closeable {
   static final int HELLO = -127;
@@ -111,6 +112,8 @@ final class WireClient implements Closeable {
   private static final int FRAME_BYTES = EventSource.READ_BYTES + 64 * 1024;
   private byte[] frame = new byte[0];
   private int frameLen;
+  private static final AtomicInteger OPEN = new AtomicInteger();
+  private final AtomicBoolean closed = new AtomicBoolean();
 
   WireClient(ReadOptions o) throws IOException {
     this(o.host, o.port, o.timeoutMillis, o.connectTimeoutMillis);
@@ -133,14 +136,20 @@ final class WireClient implements Closeable {
           "segmentstore-jvm: cannot connect to " + endpoint + ": " + e.getMessage(), e);
     }
     this.socket = s;
-    this.deadline = new Deadline(s);
-    this.in = new DataInputStream(new BufferedInputStream(deadline, 1 << 16));
-    this.out = new DataOutputStream(new BufferedOutputStream(s.getOutputStream(), 1 << 12));
-    ByteArrayOutputStream hello = new ByteArrayOutputStream();
-    DataOutputStream h = new DataOutputStream(hello);
-    h.writeInt(WIRE_VERSION);
-    h.writeInt(OLDEST_VERSION);
-    send(HELLO, hello.toByteArray(), "(hello)");
+    try { // a client that is not returned has no owner to close it: its socket is closed here
+      this.deadline = new Deadline(s);
+      this.in = new DataInputStream(new BufferedInputStream(deadline, 1 << 16));
+      this.out = new DataOutputStream(new BufferedOutputStream(s.getOutputStream(), 1 << 12));
+      ByteArrayOutputStream hello = new ByteArrayOutputStream();
+      DataOutputStream h = new DataOutputStream(hello);
+      h.writeInt(WIRE_VERSION);
+      h.writeInt(OLDEST_VERSION);
+      send(HELLO, hello.toByteArray(), "(hello)");
+    } catch (IOException | RuntimeException e) {
+      s.close();
+      throw e;
+    }
+    OPEN.incrementAndGet();
   }
 
   /** GetStreamSegmentInfo; a missing segment is an IOException naming it. */
@@ -520,13 +529,25 @@ final class WireClient implements Closeable {
     }
   }
 
-  private static final ScheduledExecutorService WATCHDOG =
-      Executors.newSingleThreadScheduledExecutor(
-          r -> {
-            Thread t = new Thread(r, "segmentstore-jvm-write-watchdog");
-            t.setDaemon(true);
-            return t;
-          });
+  // One daemon thread for every client of the JVM. A cancelled watchdog leaves the queue
+  // at once: by default it stayed there until its delay ran out, one task per append for
+  // `timeout` (60 s), so a write of 1 M tiny events kept ~70 MB of them on the heap.
+  private static final ScheduledThreadPoolExecutor WATCHDOG = watchdog();
+
+  private static ScheduledThreadPoolExecutor watchdog() {
+    ScheduledThreadPoolExecutor e = new ScheduledThreadPoolExecutor(1, r -> {
+      Thread t = new Thread(r, "segmentstore-jvm-write-watchdog");
+      t.setDaemon(true);
+      return t;
+    });
+    e.setRemoveOnCancelPolicy(true);
+    return e;
+  }
+
+  /** Watchdogs scheduled and not yet cancelled or run, in this JVM (for tests). */
+  static int watchdogsQueued() {
+    return WATCHDOG.getQueue().size();
+  }
 
   private void closeQuietly() {
     try {
@@ -536,9 +557,22 @@ final class WireClient implements Closeable {
     }
   }
 
+  /**
+   * Closes the socket (any thread, any number of times). Every client made must be closed
+   * by its owner, even after the write watchdog closed its socket: {@link #open} counts
+   * those that were not.
+   */
   @Override
   public void close() throws IOException {
+    if (closed.compareAndSet(false, true)) {
+      OPEN.decrementAndGet();
+    }
     socket.close();
+  }
+
+  /** Clients made and not closed yet, in this JVM (for tests and tools). */
+  static int open() {
+    return OPEN.get();
   }
 
   /**
