@@ -33,7 +33,8 @@ How :class:`~segmentstore.storage.SegmentStore` (store.py) implements the calls:
   parks until data lands after ``offset`` and returns it; it returns an empty ``at_tail``
   result when ``wait`` runs out, the segment is deleted or the store closes, an empty
   ``end_of_segment`` result when the segment is sealed exactly at ``offset``, and raises
-  InvalidOffset when it is sealed below ``offset`` (as it does at once for a sealed segment).
+  InvalidOffset when it is sealed below ``offset`` (as it does at once for a sealed segment),
+  StorageUnavailable when its container stopped after an internal error.
   ``try_read(...)`` is the synchronous fast path: the same result when served from memory,
   ``None`` when a chunk file is needed (then call ``read``). Both raise SegmentNotFound /
   SegmentTruncated / SegmentDamaged directly. A read served from chunk files may return
@@ -230,7 +231,12 @@ class BadAttributeUpdate(StorageError):
 
 
 class StorageUnavailable(StorageError):
-    """Disk full or an I/O error: nothing was applied; a retry later may succeed."""
+    """Disk full or an I/O error: nothing was applied; a retry later may succeed.
+
+    Also every call to a container that an internal error stopped (the message says so):
+    then an operation that was not acknowledged may still be in the log, and is back after a
+    restart, which the retry needs (an append with a writer id and event number is then
+    found a duplicate, not stored twice)."""
 
     retriable = True
 

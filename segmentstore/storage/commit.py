@@ -17,6 +17,22 @@
 # In fsync mode "always" a batch goes to the log thread's native lane when the log allows it
 # (``WalWriter.dsync_target``; log_thread.py): the same one batch on its way, the same
 # ``_written``, with the log's end advanced first (``_written_native``).
+# An internal error stops the container (fail-stop, ``_stop``; session 14). Anything but the
+# log write's own failure that raises while a batch is sent, written back or applied (a bug
+# in ``_apply`` or an ``op.apply``, a record the rules did not expect, a hook such as
+# ``on_commit``) must not reach ``_write_failed``: that batch is in the log, a successor may
+# be on its way behind it, and rolling sequence numbers back would give them out twice (two
+# batches in flight, a log recovery refuses). So ``_written`` (and ``_written_native``,
+# ``_send_queued``, ``_writer_loop``) let no exception out; on one the container logs ONE
+# ERROR with the traceback and from then on sends nothing, applies nothing, acknowledges
+# nothing and writes no checkpoint (its state may be half a batch; the log is whole). Every
+# future not completed yet (the rest of that batch, everything queued, every later call)
+# fails with a retriable StorageUnavailable saying the container stopped and a restart
+# recovers it from the log; a batch already on its way is left to finish and is then failed
+# the same way (in the log or not, a restart decides). Reads of what was applied still work
+# (all of it is durable); a tail read that would wait fails instead. ``close()`` works and
+# leaves the log for the next start to replay. The hot path pays nothing for this: a try
+# costs nothing until it raises, and ``_written`` checks ``_stopped`` once per batch.
 from __future__ import annotations
 
 import asyncio
@@ -55,7 +71,10 @@ class CommitLoop(StorageWriter):
                 # Memory bound: committed data waits in the cache until it is in chunk
                 # files, so stop committing (acks wait) while too much of it is unflushed.
                 if self._unflushed <= self._max_unflushed:
-                    self._send_batch()
+                    try:
+                        self._send_batch()
+                    except Exception as exc:
+                        self._stop(exc, [])
                 elif not await self._flush():
                     # Disk full or failing: nothing leaves memory, so nothing more may
                     # come in. Fail what waits (retriable) rather than grow without bound.
@@ -82,14 +101,20 @@ class CommitLoop(StorageWriter):
         if self._in_log is not None or not self._ops:
             return
         if self._unflushed <= self._max_unflushed:
-            self._send_batch()
+            try:
+                self._send_batch()
+            except Exception as exc:
+                self._stop(exc, [])
         else:
             self._wake_writer()
 
     def _write_failed(self, ops: list[Queued], exc: BaseException) -> None:
         """On the loop, in the log thread's eventfd callback: the batch ``ops`` failed. It
-        has no successor (``_written`` sends the next one only after a success), so it is
-        still the one on its way."""
+        has no successor (``_written`` sends the next one only after a success, and never
+        raises), so it is still the one on its way."""
+        if self._stopped is not None:
+            self._back_after_stop(ops)
+            return
         self._in_log = None
         if not isinstance(exc, OSError):
             log.error("%s: unexpected error writing the log", self.label, exc_info=exc)
@@ -99,19 +124,19 @@ class CommitLoop(StorageWriter):
 
     def _send_batch(self) -> None:
         """Hand everything queued to the log thread as one write (``_in_log``); a batch of
-        duplicates only (nothing to write) is applied at once instead."""
+        duplicates only (nothing to write) is applied at once instead. What is queued is
+        taken off the queue only once that worked: if this raises, it is all still queued,
+        for the caller's ``_stop`` to fail."""
         ops = self._ops
         parts = self._parts
         if self._buf:
             parts.append(self._buf)
+            self._buf = bytearray()
         first = self._batch_first_seq
         last = self._next_seq - 1
-        self._ops = []
-        self._parts = []
-        self._buf = bytearray()
-        self._batch_first_seq = self._next_seq
         if not parts:  # only duplicates waiting for earlier records, all applied by now
             self._commit(ops, self._committed_seq, *self._log_position(), 0.0)
+            self._ops = []
             if self._closing:
                 self._wake_writer()
             return
@@ -131,6 +156,9 @@ class CommitLoop(StorageWriter):
             )
         else:
             write = lt.run(timed_write, *args, then=then, failed=failed)
+        self._ops = []
+        self._parts = []
+        self._batch_first_seq = self._next_seq
         self._in_log = (write, ops)
 
     def _log_position(self) -> tuple[int, int]:
@@ -139,9 +167,15 @@ class CommitLoop(StorageWriter):
     def _written_native(
         self, ops: list[Queued], last: int, nbytes: int, timing: tuple[float, ...]
     ) -> None:
-        """``_written`` for a batch the native lane made durable: the log's position first."""
-        self._wal.dsync_written(nbytes)
-        self.stats["native_log_batches"] += 1
+        """``_written`` for a batch the native lane made durable: the log's position first
+        (also after a stop: the bytes are in the file)."""
+        try:
+            self._wal.dsync_written(nbytes)
+            self.stats["native_log_batches"] += 1
+        except Exception as exc:  # must not reach log_thread._complete: see the header
+            self._in_log = None
+            self._stop(exc, ops)
+            return
         self._written(ops, last, timing)
 
     def _written(self, ops: list[Queued], last: int, timing: tuple[float, ...]) -> None:
@@ -149,25 +183,75 @@ class CommitLoop(StorageWriter):
 
         The log thread has no other write in hand (one batch at a time), so the log's
         position read first is the one just after this batch; then the next batch goes
-        out, then this one is applied (the disk works while the loop applies)."""
-        perf = time.perf_counter
-        sync_s, handoff_in, write_s, done_at = timing
-        STAGES.observe_commit(perf() - done_at, handoff_in, write_s, sync_s)
-        position = self._log_position()
+        out, then this one is applied (the disk works while the loop applies). Raises
+        nothing: an error here stops the container (the header)."""
+        if self._stopped is not None:  # sent before the container stopped
+            self._back_after_stop(ops)
+            return
         self._in_log = None
-        # Something to write, within the memory bound: send it now. Otherwise duplicates
-        # only go through ``_send_queued`` (applied at once, after this batch), and over
-        # the bound the writer task flushes first; closing, it may return.
-        if self._ops:
-            if (self._parts or self._buf) and self._unflushed <= self._max_unflushed:
-                self._send_batch()
-            else:
-                self._kick()
-        elif self._closing:
-            self._wake_writer()
-        t1 = perf()
-        self._commit(ops, last, *position, sync_s)
-        STAGES.observe("apply", perf() - t1)
+        try:
+            perf = time.perf_counter
+            sync_s, handoff_in, write_s, done_at = timing
+            STAGES.observe_commit(perf() - done_at, handoff_in, write_s, sync_s)
+            position = self._log_position()
+            # Something to write, within the memory bound: send it now. Otherwise duplicates
+            # only go through ``_send_queued`` (applied at once, after this batch), and over
+            # the bound the writer task flushes first; closing, it may return.
+            if self._ops:
+                if (self._parts or self._buf) and self._unflushed <= self._max_unflushed:
+                    self._send_batch()
+                else:
+                    self._kick()
+            elif self._closing:
+                self._wake_writer()
+            t1 = perf()
+            self._commit(ops, last, *position, sync_s)
+            STAGES.observe("apply", perf() - t1)
+        except Exception as exc:
+            # Not ``_write_failed``: this batch is in the log. ``_committed_seq`` reaches
+            # ``last`` once ``_apply`` returned, which gave the batch's pending bytes back.
+            self._stop(exc, ops, self._committed_seq != last)
+
+    def _stop(self, exc: Exception, batch: list[Queued], unapplied: bool = True) -> None:
+        """Fail-stop (the header): ``exc`` was raised sending, writing back or applying
+        ``batch`` (``unapplied``: ``_apply`` did not finish, so its pending bytes are still
+        taken). Fail every future not completed yet, now and from now on; a batch on its
+        way (``_in_log``) is left to come back (``_back_after_stop``). Sequence numbers are
+        not rolled back: nothing is sent any more, and the batch on its way holds the
+        numbers after ``batch``."""
+        if self._stopped is not None:
+            log.error("%s: another internal error after the stop: %r", self.label, exc)
+        else:
+            self._stopped = (
+                f"{self.label} stopped after an internal error ({type(exc).__name__}); "
+                "a restart recovers it from the log"
+            )
+            self._closing = True  # refuses every call from now on (``_unavailable``)
+            self.stats["stopped"] = 1
+            log.error(
+                "%s: internal error committing a batch: the container stops; acknowledged "
+                "records are in its log, and a restart recovers them",
+                self.label,
+                exc_info=exc,
+            )
+        failed = (batch if unapplied else []) + self._ops
+        self._ops = []
+        self._parts = []
+        self._buf = bytearray()
+        self._fail_ops(failed, self._stopped)
+        for seg in self._segments.values():
+            if seg.waiters is not None:
+                seg.wake_waiters(True)  # parked tail reads: nothing more will land
+        self._wake_writer()
+
+    def _back_after_stop(self, ops: list[Queued]) -> None:
+        """The batch on its way when the container stopped came back, written or not: it is
+        applied to nothing and acknowledged to nobody (what of it is in the log, a restart
+        recovers)."""
+        assert self._stopped is not None
+        self._in_log = None
+        self._fail_ops(ops, self._stopped)
+        self._wake_writer()
 
     def _commit(
         self,
@@ -178,10 +262,10 @@ class CommitLoop(StorageWriter):
         sync_s: float,
     ) -> None:
         """A batch is durable: make it visible and complete its futures."""
-        self._committed_seq = last
         self._log_index_at_commit = log_index
         self._log_bytes_at_commit = log_bytes
         self._apply(ops)
+        self._committed_seq = last  # after: ``_written`` tells by it whether ``_apply`` ended
         stats = self.stats
         stats["batches"] += 1
         stats["last_batch_records"] = len(ops)
@@ -217,6 +301,11 @@ class CommitLoop(StorageWriter):
         self._next_seq = self._batch_first_seq = self._committed_seq + 1
         self.stats["failed_batches"] += 1
         log.error("%s: %s; failing %d operations", self.label, reason, len(failed))
+        self._fail_ops(failed, reason)
+
+    def _fail_ops(self, failed: list[Queued], reason: str) -> None:
+        """Fail the futures of ``failed`` not completed yet, give back the pending bytes
+        of all of them, and roll the segments they touched back to committed state."""
         touched: dict[int, SegmentMeta] = {}
         released = 0
         for op in failed:

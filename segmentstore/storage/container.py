@@ -14,6 +14,9 @@
 #   that now will not exist) fail with StorageUnavailable, pending state is rolled back to
 #   committed, and sequence numbers restart after the last durable record; the log writer
 #   has already moved to a fresh file, so nothing after garbage is ever acknowledged.
+# * Any other error while a batch is sent or a durable one applied is an internal error: the
+#   container stops (commit.py's header). Calls then fail with StorageUnavailable saying so
+#   (``_unavailable``); the log stays whole, and a restart recovers the container from it.
 # * The storage writer (``_flush``) copies committed data from the read cache into chunk
 #   files off the loop; the checkpointer snapshots metadata at a durable sequence number S,
 #   flushes and fsyncs the chunk files, writes the checkpoint, and only then deletes log
@@ -46,7 +49,6 @@ from .api import (
     SegmentNotFound,
     SegmentSealed,
     StorageError,
-    StorageUnavailable,
     StoreOverloaded,
 )
 from .container_reads import ContainerReads
@@ -193,7 +195,7 @@ class SegmentContainer(ContainerReads):
 
     def _pending(self, name: str) -> SegmentMeta:
         if self._closing:
-            raise StorageUnavailable(name, "the store is closing")
+            raise self._unavailable(name)
         seg = self._segments.get(name)
         if seg is None or seg.p_deleted:
             raise SegmentNotFound(name)
@@ -258,7 +260,7 @@ class SegmentContainer(ContainerReads):
             fut.set_exception(SegmentDamaged(name, seg.damaged))
             return fut
         if self._closing:
-            fut.set_exception(StorageUnavailable(name, "the store is closing"))
+            fut.set_exception(self._unavailable(name))
             return fut
         n = len(data)
         if n > self._max_append:
@@ -345,7 +347,7 @@ class SegmentContainer(ContainerReads):
         self, name: str, segment_type: int, attributes: Mapping[uuid.UUID, int] | None
     ) -> None:
         if self._closing:
-            raise StorageUnavailable(name, "the store is closing")
+            raise self._unavailable(name)
         old = self._segments.get(name)
         if old is not None and not old.p_deleted:
             raise SegmentExists(name)

@@ -133,22 +133,27 @@ class ContainerReads(CommitLoop):
 
     async def _wait(self, seg: SegmentMeta, offset: int, timeout: float) -> None:
         """Until ``seg`` grows past ``offset``, is sealed or deleted, the container closes,
-        or ``timeout`` seconds pass (whichever is first; the caller looks which)."""
-        if seg.length > offset or seg.sealed or timeout <= 0 or self._closing:
+        or ``timeout`` seconds pass (whichever is first; the caller looks which). Once the
+        container stopped (commit.py) nothing more lands: StorageUnavailable, not an empty
+        answer a tail reader would repeat at once."""
+        if seg.length > offset or seg.sealed or timeout <= 0:
             return
-        fut: asyncio.Future[None] = self._loop.create_future()
-        entry = (offset, fut)
-        if seg.waiters is None:
-            seg.waiters = [entry]
-        else:
-            seg.waiters.append(entry)
-        handle = self._loop.call_later(timeout, _set_result, fut)
-        try:
-            await fut
-        finally:
-            handle.cancel()
-            waiters = seg.waiters
-            if waiters is not None and entry in waiters:
-                waiters.remove(entry)
-                if not waiters:
-                    seg.waiters = None
+        if not self._closing:
+            fut: asyncio.Future[None] = self._loop.create_future()
+            entry = (offset, fut)
+            if seg.waiters is None:
+                seg.waiters = [entry]
+            else:
+                seg.waiters.append(entry)
+            handle = self._loop.call_later(timeout, _set_result, fut)
+            try:
+                await fut
+            finally:
+                handle.cancel()
+                waiters = seg.waiters
+                if waiters is not None and entry in waiters:
+                    waiters.remove(entry)
+                    if not waiters:
+                        seg.waiters = None
+        if self._stopped is not None and seg.length <= offset and not seg.sealed:
+            raise StorageUnavailable(seg.name, self._stopped)

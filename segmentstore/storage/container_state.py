@@ -20,6 +20,7 @@ from .api import (
     EVENT_COUNT,
     NULL_ATTRIBUTE_VALUE,
     SegmentNotFound,
+    StorageUnavailable,
     StoreConfig,
 )
 from .chunks import ChunkId, ChunkStore
@@ -101,6 +102,8 @@ class ContainerState:
         self._in_log: tuple[asyncio.Future[Any], list[Queued]] | None = None
         self._closing = False
         self._closed = False
+        # Why the container stopped after an internal error (commit.py's header), or None.
+        self._stopped: str | None = None
 
         # Storage writer and checkpoint state.
         self._dirty: set[SegmentMeta] = set()
@@ -124,6 +127,7 @@ class ContainerState:
             "last_batch_records": 0,
             "last_fsync_seconds": 0.0,
             "failed_batches": 0,
+            "stopped": 0,  # 1 once an internal error stopped the container (commit.py)
             "native_log_batches": 0,  # batches the native write lane made durable
             "flushes": 0,
             "flushed_bytes": 0,
@@ -140,6 +144,10 @@ class ContainerState:
         if seg is None or not seg.created or seg.deleted:
             raise SegmentNotFound(name)
         return seg
+
+    def _unavailable(self, name: str) -> StorageUnavailable:
+        """The error of a call the container refuses: it is closing, or it stopped."""
+        return StorageUnavailable(name, self._stopped or "the store is closing")
 
     def _wake_writer(self) -> None:
         wake = self._wake

@@ -14,7 +14,9 @@
 # ``run(fn, *args, then=cb)``: ``cb(value)`` runs inside that drain, on the loop, before the
 # future completes, when the job succeeded: the commit loop applies a durable batch there,
 # one loop turn before a task awaiting the future would run (and before the loop polls its
-# sockets again). If ``cb`` raises, the error is logged and becomes the future's.
+# sockets again). If ``cb`` raises, the error is logged and becomes the future's, and
+# ``failed`` runs as if the job had failed: a ``then`` whose job had an effect that cannot be
+# undone (the commit loop's ``_written``: the batch is in the log) must not raise.
 # ``failed=eb``: ``eb(error)`` runs inside that drain when the job (or ``cb``) failed, and the
 # future's error then counts as retrieved: the commit loop learns of a failed batch there,
 # with no task awaiting the future (round 10).

@@ -123,6 +123,11 @@ class StorageWriter(ContainerState):
     async def _checkpoint(self) -> bool:
         """Checkpoint metadata at the last durable record; then drop what it makes garbage."""
         async with self._flush_lock:
+            if self._stopped is not None:
+                # Its state may be half a batch (commit.py): the log is the truth, and the
+                # next start replays it from the last checkpoint.
+                log.warning("%s: no checkpoint: %s", self.label, self._stopped)
+                return False
             t0 = time.perf_counter()
             seq = self._committed_seq
             log_index = self._log_index_at_commit

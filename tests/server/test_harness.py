@@ -29,7 +29,7 @@ from segmentstore_client.protocol import (
     frame_event,
 )
 
-from .harness import Peer, harness
+from .harness import Harness, Peer, harness
 
 KiB = 1024
 HEADER_OF_1MIB = b"\x00\x00\x00\x03\x00\x10\x00\x00"  # AppendBlock, 1 MiB declared
@@ -49,6 +49,17 @@ async def setup(peer: Peer, name: str, w: uuid.UUID) -> int:
 
 def acks(peer: Peer) -> list[DataAppended]:
     return [c for c in peer.received if isinstance(c, DataAppended)]
+
+
+async def first_ack(h: Harness, name: str = "s") -> tuple[Peer, uuid.UUID]:
+    """A connection that created ``name``, set up a writer and had one append acked."""
+    peer = h.connect()
+    await create(peer, name)
+    w = uuid.uuid4()
+    await setup(peer, name, w)
+    peer.send_raw(append(w, 1, 100))
+    await peer.until(lambda: len(acks(peer)) == 1, "the first ack")
+    return peer, w
 
 
 def append(w: uuid.UUID, n: int, size: int) -> bytes:

@@ -12,17 +12,12 @@ from types import FrameType
 from typing import Any
 
 from .harness import harness
-from .test_harness import acks, append, create, setup
+from .test_harness import acks, append, first_ack
 
 
 async def test_a_lone_append_hashes_the_writer_id_once(tmp_path: Path) -> None:
     async with harness(tmp_path) as h:
-        peer = h.connect()
-        await create(peer, "s")
-        w = uuid.uuid4()
-        await setup(peer, "s", w)
-        peer.send_raw(append(w, 1, 100))
-        await peer.until(lambda: len(acks(peer)) == 1, "the first ack")
+        peer, w = await first_ack(h)
         hashes = [0]
         code = uuid.UUID.__hash__.__code__
 
