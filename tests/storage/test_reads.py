@@ -231,3 +231,92 @@ async def test_truncate_or_delete_while_the_guard_waits_wins(tmp_path: Path) -> 
             await asyncio.wait_for(task, 2)
     finally:
         await s.close()
+
+
+# ------------------------------------------------------------------ park (no task, no timer)
+
+
+class Woken:
+    """A ``park`` callback that records, when called, whether the commit's futures were
+    already complete."""
+
+    def __init__(self, futures: list[asyncio.Future[object]] | None = None) -> None:
+        self.calls = 0
+        self.futures = futures if futures is not None else []
+        self.futures_done: list[bool] = []
+
+    def __call__(self) -> None:
+        self.calls += 1
+        self.futures_done.append(all(f.done() for f in self.futures))
+
+
+async def _settled(store: SegmentStore) -> None:
+    for _ in range(50):
+        await asyncio.sleep(0.002)
+
+
+async def test_park_wakes_once_after_the_commits_futures_and_answers_as_read(
+    store: SegmentStore,
+) -> None:
+    """Guards the wake at the end of CommitLoop._apply (after every future of the batch)
+    and ``parked_result``'s outcomes: new data, then nothing to wait for."""
+    await store.create_segment(NAME)
+    await store.append(NAME, b"abc")
+    futures: list[asyncio.Future[object]] = []
+    at_tail, beyond = Woken(futures), Woken(futures)
+    w1 = store.park(NAME, 3, at_tail)
+    w2 = store.park(NAME, 6, beyond)
+    assert w1 is not None and w2 is not None
+    futures.append(store.append(NAME, b"de"))  # both in one batch: 6 is not reached
+    futures.append(store.append(NAME, b"f"))
+    await asyncio.gather(*futures)
+    await _settled(store)
+    assert (at_tail.calls, at_tail.futures_done) == (1, [True])
+    assert beyond.calls == 0
+    assert store.parked_result(w1, 100) == ReadResult(3, b"def", True, False)
+    await store.append(NAME, b"g")
+    await _settled(store)
+    assert (at_tail.calls, beyond.calls) == (1, 1)
+    assert store.parked_result(w2, 100) == ReadResult(6, b"g", True, False)
+    assert store._route(NAME)._segments[NAME].waiters is None
+    # Data already there, or a sealed segment: nothing to wait for.
+    assert store.park(NAME, 2, Woken()) is None
+    await store.seal(NAME)
+    assert store.park(NAME, 7, Woken()) is None
+
+
+async def test_park_seal_delete_unpark_and_close(tmp_path: Path) -> None:
+    """Guards CommitLoop.on_woken (seal, delete), SegmentMeta.unpark and the wake at
+    close: each parked read answers as ``read`` would."""
+    s = await SegmentStore.open(small_config(tmp_path))
+    try:
+        for name in ("a", "b", "c", "d"):
+            await s.create_segment(name)
+            await s.append(name, b"xyz")
+        sealed_at, sealed_below = Woken(), Woken()
+        wa = s.park("a", 3, sealed_at)
+        wb = s.park("a", 4, sealed_below)
+        deleted, given_up, closing = Woken(), Woken(), Woken()
+        wd = s.park("b", 3, deleted)
+        wu = s.park("c", 3, given_up)
+        wc = s.park("d", 3, closing)
+        assert wa and wb and wd and wu and wc
+        await s.seal("a")
+        await s.delete("b")
+        await _settled(s)
+        assert (sealed_at.calls, sealed_below.calls, deleted.calls) == (1, 1, 1)
+        assert s.parked_result(wa, 10) == ReadResult(3, b"", False, True)
+        with pytest.raises(InvalidOffset):
+            s.parked_result(wb, 10)
+        assert s.parked_result(wd, 10) == ReadResult(3, b"", True, False)
+        s.unpark(wu)  # a timeout: off the segment, answered empty, never woken
+        assert s._route("c")._segments["c"].waiters is None
+        assert s.parked_result(wu, 10) == ReadResult(3, b"", True, False)
+        await s.append("c", b"more")
+        await _settled(s)
+        assert given_up.calls == 0
+    finally:
+        await s.close()
+    assert closing.calls == 1
+    assert s.parked_result(wc, 10) == ReadResult(3, b"", True, False)
+    assert s.park("d", 3, Woken()) is None  # closed: nothing to wait for
