@@ -58,3 +58,40 @@ async def test_a_connection_that_flushed_by_itself_is_not_flushed_again() -> Non
     early.committed()
     await asyncio.sleep(0)
     assert order == ["flush b"]  # nothing queued since
+
+
+class _Read:
+    """A woken tail read: its answer queues output on ``conn`` (what Reads.answer does)."""
+
+    def __init__(self, early: EarlyFlush, conn: _Conn, order: list[str]) -> None:
+        self.early, self.conn, self.order = early, conn, order
+
+    def answer(self) -> None:
+        self.order.append(f"answer {self.conn.name}")
+        self.early.add(self.conn)
+
+
+async def test_woken_reads_are_answered_after_the_acks_are_written_and_flushed_at_once() -> None:
+    loop = asyncio.get_running_loop()
+    early = EarlyFlush(loop)
+    order: list[str] = []
+    writer, reader, other = _Conn("w", order), _Conn("r", order), _Conn("o", order)
+    early.add(writer)
+    early.add(other)
+    early.woken(_Read(early, reader, order))  # the commit wakes after its futures ...
+    early.committed()  # ... and then calls its hook: still one flush_all
+    early.woken(_Read(early, reader, order))
+    await asyncio.sleep(0)
+    assert order == ["flush w", "flush o", "answer r", "answer r", "flush r"]
+    await asyncio.sleep(0)
+    assert len(order) == 5
+
+
+async def test_a_woken_read_alone_schedules_the_flush() -> None:
+    """A seal, a delete or the store closing wakes reads outside a commit's hook."""
+    loop = asyncio.get_running_loop()
+    early = EarlyFlush(loop)
+    order: list[str] = []
+    early.woken(_Read(early, _Conn("r", order), order))
+    await asyncio.sleep(0)
+    assert order == ["answer r", "flush r"]

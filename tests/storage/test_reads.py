@@ -279,6 +279,7 @@ async def test_park_wakes_once_after_the_commits_futures_and_answers_as_read(
     assert (at_tail.calls, beyond.calls) == (1, 1)
     assert store.parked_result(w2, 100) == ReadResult(6, b"g", True, False)
     assert store._route(NAME)._segments[NAME].waiters is None
+    assert store._route(NAME)._woke == []  # nothing kept from the batches that woke
     # Data already there, or a sealed segment: nothing to wait for.
     assert store.park(NAME, 2, Woken()) is None
     await store.seal(NAME)
