@@ -453,11 +453,6 @@ class Connection(asyncio.Protocol):
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self.request_done()
-
-    def request_done(self) -> None:
-        """A request stopped being served (a task, a parked read): the commands waiting
-        for its slot go on."""
         if self._backlog and not self.closed:
             self.process()
 

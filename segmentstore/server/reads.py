@@ -133,7 +133,7 @@ class Reads:
                 conn.spawn(command, self.read_segment(command))
             else:
                 self.reply(command, result)
-        conn.request_done()
+        # No process() here: the reply's flush runs the backlog (Connection._flush).
 
     def expire(self, now: float) -> None:
         """The sweep: answer the parked reads whose tail timeout has passed."""

@@ -110,8 +110,8 @@ async def test_hundreds_of_parked_readers_on_one_segment_each_get_one_answer(
 
 
 async def test_parked_reads_count_as_pending_requests(tmp_path: Path) -> None:
-    """Guards ``len(parked)`` in Connection.process and Connection.request_done: at
-    max_pending_requests parked reads the next command waits; an answer lets it go."""
+    """Guards ``len(parked)`` in Connection.process: at max_pending_requests parked reads
+    the next command waits; an answer lets it go (its reply's flush runs the backlog)."""
     async with harness(tmp_path, max_pending_requests=3) as h:
         writer, w, end = await filled(h, "s", 100)
         reader = h.connect()
