@@ -156,13 +156,12 @@ async def test_hundreds_of_parked_reads_and_a_connection_closing_with_reads_park
     its reads are parked: one append answers each read still there exactly once, and the
     segment goes on serving tail reads (a later append wakes a later read)."""
     host, port = module_server.host, module_server.port
-    name = unique()
-    async with await WireClient.connect(host, port) as writer:
-        await writer.create_segment(name)
-        w = uuid.uuid4()
-        await writer.setup_append(w, name)
-        readers = [await WireClient.connect(host, port) for _ in range(3)]
-        try:
+    name, w = unique(), uuid.uuid4()
+    readers = [await WireClient.connect(host, port) for _ in range(3)]
+    try:
+        async with await WireClient.connect(host, port) as writer:
+            await writer.create_segment(name)
+            await writer.setup_append(w, name)
             rids = [[next_id() for _ in range(100)] for _ in readers]
             for reader, ids in zip(readers, rids, strict=True):
                 reader.send(*(ReadSegment(name, 0, 1000, "", r) for r in ids))
@@ -185,6 +184,6 @@ async def test_hundreds_of_parked_reads_and_a_connection_closing_with_reads_park
             reply = await readers[0].reply_to(rid, timeout=5)
             assert reply == SegmentRead(name, len(event), True, False, frame_event(b"later"), rid)
             await writer.wait_acked(w, 2)
-        finally:
-            for reader in readers:
-                await reader.close()
+    finally:
+        for reader in readers:
+            await reader.close()
