@@ -21,14 +21,12 @@ server's store-wide budgets (``budget.py``):
   the transport is paused, and reads from chunk files reserve their size before they
   touch the disk, so a client that never reads holds at most its share.
 * appends not yet durable (``appends.py``); requests being served (``max_pending_requests``
-  tasks and parked tail reads at once; more wait in the backlog, and the socket is not
-  read meanwhile).
+  tasks at once; more wait in the backlog, and the socket is not read meanwhile).
 
 Timeouts (checked by the server's sweep with an injected clock, ``check_timeouts``): the
 first frame (normally Hello) must arrive within ``hello_timeout_s``; a frame must complete
 within ``frame_timeout_s`` of its first byte; queued replies that do not drain for
-``write_stall_timeout_s`` end the connection; a tail read parked for the tail timeout is
-answered empty (``reads.py``). A timed-out connection is aborted (its queued
+``write_stall_timeout_s`` end the connection. A timed-out connection is aborted (its queued
 output dropped), so its memory returns at once.
 
 Contract with the reference (sections 4, 7, 8, 12): Hello first or not at all; any
@@ -162,7 +160,6 @@ class Connection(asyncio.Protocol):
         self.server.connections.discard(self)
         for task in self._tasks:
             task.cancel()
-        self.reads.release()
         self.appends.release()
         self._out, self._out_bytes = [], 0
         self.server.output_budget.forget(self)
@@ -218,7 +215,6 @@ class Connection(asyncio.Protocol):
         backlog = self._backlog
         out_budget = self._out_budget
         appends = self.appends
-        parked = self.reads.parked
         # One clock read per call, not per append: an append's latency (the metric) starts
         # when its read is dispatched.
         self.dispatched_at = time.perf_counter()
@@ -231,7 +227,7 @@ class Connection(asyncio.Protocol):
                 or out_budget.used > out_budget.limit
             ) and self._output_full():
                 break
-            if len(self._tasks) + len(parked) >= self._max_pending:
+            if len(self._tasks) >= self._max_pending:
                 break
             command = backlog.popleft()
             try:
@@ -408,8 +404,6 @@ class Connection(asyncio.Protocol):
             if not self.closed:
                 self._settle_output()
                 self.retune()
-                if self.reads.parked:
-                    self.reads.expire(now)
             return
         self.metrics.timeouts[kind] += 1
         self.abort(why)

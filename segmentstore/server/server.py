@@ -4,11 +4,11 @@
 logs one ``ready`` line with the addresses, and serves until SIGTERM/SIGINT. The server
 owns the store-wide budgets every connection charges (``budget.py``), the connection cap
 derived from the fd limit, and a sweep that runs a few times a second: it enforces each
-connection's timeouts (no Hello, a frame stalled half-way, replies that never drain, tail
-reads parked for the tail timeout) and hands freed memory back after a burst. Time comes
-from ``self.clock`` (injectable). Stopping stops accepting, lets appends already received
-become durable (bounded wait), sends their acknowledgements, closes connections, and
-closes the store.
+connection's timeouts (no Hello, a frame stalled half-way, replies that never drain) and
+hands freed memory back after a burst. Time comes from ``self.clock`` (injectable).
+Stopping
+stops accepting, lets appends already received become durable (bounded wait), sends
+their acknowledgements, closes connections, and closes the store.
 """
 
 from __future__ import annotations
@@ -276,9 +276,7 @@ class Server:
 
     def sweep_interval(self) -> float:
         c = self.config
-        shortest = min(
-            c.hello_timeout_s, c.frame_timeout_s, c.write_stall_timeout_s, c.tail_read_timeout_s
-        )
+        shortest = min(c.hello_timeout_s, c.frame_timeout_s, c.write_stall_timeout_s)
         return min(1.0, max(0.02, shortest / 8))
 
     def start_sweeper(self) -> None:

@@ -41,13 +41,6 @@ How :class:`~segmentstore.storage.SegmentStore` (store.py) implements the calls:
   ``at_tail`` / ``end_of_segment`` are set whenever the returned data ends at the committed
   length of an unsealed / sealed segment. ``wait_for_data(name, offset, timeout)`` only
   parks (for callers that read later, e.g. the relay).
-* ``park(name, offset, wake)`` is ``read(wait=...)`` without a task or a timer (the
-  server's tail reads): at or past the committed end of an open segment it returns a
-  Waiter and calls ``wake()`` once (after the futures of the commit that grew, sealed,
-  deleted or merged the segment, or when the store closes); otherwise None (call ``read``).
-  ``parked_result(waiter, max_length)`` is then what ``read`` would have returned (None:
-  the bytes are only in chunk files, call ``read``); to give up (a timeout, the caller
-  gone) ``unpark(waiter)`` first: a timed-out read answers as ``read``'s timeout does.
 * ``merge`` seals the source (its own log record: a crash between the two leaves the source
   sealed and unmerged; merging again completes it) and then copies the source's readable
   bytes into ONE log record that appends them to the target and deletes the source, so the

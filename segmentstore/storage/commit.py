@@ -4,12 +4,11 @@
 # Contract. Everything queued is handed to the log thread as ONE write (+ ONE fdatasync in
 # fsync mode "always") and, when that returns (in the log thread's eventfd callback,
 # ``_written``), the whole batch is applied to the committed state in log order: lengths,
-# attributes, read cache, the futures; then the parked reads of the segments it changed are
-# woken (behind the futures, so a commit's acks are made before its tail-read replies).
-# Only one batch is on its way to disk at a time, so the committed state is always a
-# prefix of the log. If the write fails (``_write_failed``, in the same callback), that
-# batch and everything queued behind it fail with StorageUnavailable, pending state is
-# rolled back to committed and sequence numbers restart after the last durable record.
+# attributes, read cache, waiters, then the futures. Only one batch is on its way to disk at
+# a time, so the committed state is always a prefix of the log. If the write fails
+# (``_write_failed``, in the same callback), that batch and everything queued behind it
+# fail with StorageUnavailable, pending state is rolled back to committed and sequence
+# numbers restart after the last durable record.
 # Who sends a batch (round 10): with one on its way, ``_written`` sends the next; with none,
 # the first record queued schedules ONE ``call_soon(_send_queued)`` (``_kick``), which runs
 # after every socket read of the loop turn was handled, so all that a turn queued goes as
@@ -252,7 +251,6 @@ class CommitLoop(StorageWriter):
         the same rules recovery replays, with this container as its ``Effects``.
         """
         now_ms = int(time.time() * 1000)
-        woke = self._woke  # segments with parked reads to wake, once the futures are done
         cache_add = self._cache.add
         dirty = self._dirty
         appended = 0
@@ -294,7 +292,7 @@ class CommitLoop(StorageWriter):
                     seg.inflight = 0
                     seg.p_attrs = None
                 if seg.waiters is not None:
-                    woke.append(seg)
+                    seg.wake_waiters(False)
                 if not fut.done():
                     fut.set_result(AppendResult(end))
             elif type(op) is Duplicate:
@@ -316,12 +314,6 @@ class CommitLoop(StorageWriter):
         stats = self.stats
         stats["appends"] += n_appends
         stats["append_bytes"] += appended
-        if woke:
-            # After every future of the batch: the woken reads' callbacks run behind the
-            # acks' (a parked read sees the whole batch either way).
-            self._woke = []
-            for seg in dict.fromkeys(woke):
-                seg.wake_waiters(seg.sealed or seg.deleted)
 
     # ------------------------------------------------------------------ operations.Effects
 
@@ -354,10 +346,8 @@ class CommitLoop(StorageWriter):
         seg.flushed = seg.length
 
     def on_woken(self, seg: SegmentMeta, everyone: bool) -> None:
-        # Woken at the end of ``_apply``: all of them when the segment is sealed or deleted
-        # by then (``everyone`` is True exactly for those).
         if seg.waiters is not None:
-            self._woke.append(seg)
+            seg.wake_waiters(everyone)
 
     async def _interval_sync_loop(self) -> None:
         interval = self.config.fsync_interval_s

@@ -15,19 +15,12 @@
 #   an empty ``at_tail`` result on timeout, delete or close; an empty ``end_of_segment``
 #   result when the segment was sealed exactly at ``offset``; InvalidOffset when it was
 #   sealed below ``offset``.
-# * ``park`` is the same tail wait without a task (the server's ReadSegment): it registers a
-#   ``Waiter`` whose ``wake()`` the commit calls once the batch that changed the segment is
-#   applied and its futures completed (commit.py), and ``parked_result`` then gives what
-#   ``read`` would have returned (None: the bytes need chunk files, call ``read``). It sets
-#   no timer: the caller times its waiters out (``unpark``, then ``parked_result``).
 # * Committed state is only ever read here, never changed (the read cache's LRU order
 #   aside), so reads need no lock against the commit loop.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Callable
 
 from .api import (
     DiskGuard,
@@ -40,7 +33,7 @@ from .api import (
 from .chunk_sums import ChunkDamaged
 from .commit import CommitLoop
 from .container_state import _MAX_DISK_READ, _set_result
-from .metadata import SegmentMeta, Waiter
+from .metadata import SegmentMeta
 
 log = logging.getLogger("segmentstore.storage")
 
@@ -79,14 +72,17 @@ class ContainerReads(CommitLoop):
         wait: float | None = None,
         disk_guard: DiskGuard | None = None,
     ) -> ReadResult:
-        seg = self._committed(name)
-        if wait is not None and offset >= seg.length and not seg.sealed:
-            if seg.damaged is not None:
-                raise SegmentDamaged(name, seg.damaged)
-            await self._wait(seg, offset, wait)
-            hit = self._after_wait(seg, offset, max_length)
-        else:
-            hit = self.try_read(name, offset, max_length)
+        if wait is not None:
+            seg = self._committed(name)
+            if offset >= seg.length and not seg.sealed:
+                if seg.damaged is not None:
+                    raise SegmentDamaged(name, seg.damaged)
+                await self._wait(seg, offset, wait)
+                if seg.deleted:
+                    return ReadResult(offset, _EMPTY, True, False)  # deleted (or merged away)
+                if offset >= seg.length and not seg.sealed:
+                    return ReadResult(offset, _EMPTY, True, False)  # timed out, or closing
+        hit = self.try_read(name, offset, max_length)
         if hit is not None:
             return hit
         if disk_guard is None:
@@ -132,38 +128,6 @@ class ContainerReads(CommitLoop):
         at_end = stop == seg.length
         return ReadResult(offset, data, at_end and not seg.sealed, at_end and seg.sealed)
 
-    def _after_wait(self, seg: SegmentMeta, offset: int, max_length: int) -> ReadResult | None:
-        """What a read parked at ``offset`` of ``seg`` returns once woken or timed out."""
-        if seg.deleted:
-            return ReadResult(offset, _EMPTY, True, False)  # deleted (or merged away)
-        if offset >= seg.length and not seg.sealed:
-            return ReadResult(offset, _EMPTY, True, False)  # timed out, or closing
-        return self.try_read(seg.name, offset, max_length)
-
-    def park(self, name: str, offset: int, wake: Callable[[], None]) -> Waiter | None:
-        """Park a tail read at ``offset`` (at or past the committed end of an open segment):
-        the Waiter, whose ``wake()`` is called once; None when there is nothing to wait for
-        (sealed, closing, damaged, or the data is there): call ``read`` instead."""
-        seg = self._committed(name)
-        if offset < seg.length or seg.sealed or seg.damaged is not None or self._closing:
-            return None
-        waiter = Waiter(seg, offset, wake)
-        if seg.waiters is None:
-            seg.waiters = [waiter]
-        else:
-            seg.waiters.append(waiter)
-        return waiter
-
-    def parked_result(self, waiter: Waiter, max_length: int) -> ReadResult | None:
-        """A parked read's result once woken (or given up: ``unpark`` first): as ``read``
-        would return it, or None when the bytes are only in chunk files (call ``read``).
-        Raises as ``try_read`` does (InvalidOffset: sealed below the offset)."""
-        return self._after_wait(waiter.seg, waiter.offset, max_length)
-
-    def unpark(self, waiter: Waiter) -> None:
-        """Take a parked read off its segment (timed out, or its caller is gone)."""
-        waiter.seg.unpark(waiter)
-
     async def wait_for_data(self, name: str, offset: int, timeout: float) -> None:
         await self._wait(self._committed(name), offset, timeout)
 
@@ -173,14 +137,18 @@ class ContainerReads(CommitLoop):
         if seg.length > offset or seg.sealed or timeout <= 0 or self._closing:
             return
         fut: asyncio.Future[None] = self._loop.create_future()
-        waiter = Waiter(seg, offset, functools.partial(_set_result, fut))
+        entry = (offset, fut)
         if seg.waiters is None:
-            seg.waiters = [waiter]
+            seg.waiters = [entry]
         else:
-            seg.waiters.append(waiter)
+            seg.waiters.append(entry)
         handle = self._loop.call_later(timeout, _set_result, fut)
         try:
             await fut
         finally:
             handle.cancel()
-            seg.unpark(waiter)
+            waiters = seg.waiters
+            if waiters is not None and entry in waiters:
+                waiters.remove(entry)
+                if not waiters:
+                    seg.waiters = None

@@ -95,7 +95,6 @@ class ContainerState:
         self._batch_first_seq = 1
         self._ops: list[Queued] = []
         self._merged = 0  # bytes merged in the batch being applied (commit.py)
-        self._woke: list[SegmentMeta] = []  # segments to wake after the batch (commit.py)
         self._wake: asyncio.Future[None] | None = None  # the writer task waits (commit.py)
         self._send_soon = False  # a _send_queued is scheduled (commit.py)
         # The batch on its way to the log thread: (its future, its operations) (commit.py).

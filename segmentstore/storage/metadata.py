@@ -17,7 +17,7 @@
 # flushed and evicted).
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
 from typing import TYPE_CHECKING
 
 from .api import EVENT_COUNT, NULL_ATTRIBUTE_VALUE
@@ -27,20 +27,6 @@ if TYPE_CHECKING:
 
 
 _EC = EVENT_COUNT.int
-
-
-class Waiter:
-    """A read parked at or past ``offset`` of ``seg`` (container_reads.py): ``wake()`` is
-    called once, with the committed state already current, when the segment grows past
-    ``offset``, is sealed, deleted or merged away, or its container closes. It runs inside
-    the commit and must only note that it was woken (complete a future, queue itself)."""
-
-    __slots__ = ("offset", "seg", "wake")
-
-    def __init__(self, seg: SegmentMeta, offset: int, wake: Callable[[], None]) -> None:
-        self.seg = seg
-        self.offset = offset
-        self.wake = wake
 
 
 class SegmentMeta:
@@ -94,8 +80,8 @@ class SegmentMeta:
         # Why this segment's data at rest cannot be read (a chunk file missing, short or
         # failing its checksum), or None. Set by recovery or by a failed read.
         self.damaged: str | None = None
-        # Reads parked at the tail (container_reads.py), or None.
-        self.waiters: list[Waiter] | None = None
+        # wait_for_data callers: (offset they wait beyond, future).
+        self.waiters: list[tuple[int, asyncio.Future[None]]] | None = None
 
     def get_attr(self, key: int) -> int:
         """Committed value of attribute ``key`` (a UUID int)."""
@@ -171,25 +157,16 @@ class SegmentMeta:
             self.p_attrs = None
 
     def wake_waiters(self, everyone: bool) -> None:
-        """Wake waiters whose offset is now below the committed length (all: sealed/deleted).
-        The woken leave the list before any is called."""
+        """Wake waiters whose offset is now below the committed length (all: sealed/deleted)."""
         waiters = self.waiters
         if waiters is None:
             return
         length = self.length
-        if everyone:
-            woken, keep = waiters, None
-        else:
-            woken = [w for w in waiters if w.offset < length]
-            keep = [w for w in waiters if w.offset >= length] if len(woken) < len(waiters) else None
-        self.waiters = keep
-        for waiter in woken:
-            waiter.wake()
-
-    def unpark(self, waiter: Waiter) -> None:
-        """Take ``waiter`` off the list if it is still there (a timeout, a caller gone)."""
-        waiters = self.waiters
-        if waiters is not None and waiter in waiters:
-            waiters.remove(waiter)
-            if not waiters:
-                self.waiters = None
+        keep = []
+        for offset, fut in waiters:
+            if everyone or offset < length:
+                if not fut.done():
+                    fut.set_result(None)
+            elif not fut.done():
+                keep.append((offset, fut))
+        self.waiters = keep or None

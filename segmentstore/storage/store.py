@@ -35,7 +35,6 @@ from .api import (
 from .container import SegmentContainer
 from .container_state import CommitHook
 from .crc import log_implementation
-from .metadata import Waiter
 from .pending import PendingBytes
 from .wal import FaultHook, fsync_dir
 
@@ -235,17 +234,6 @@ class SegmentStore:
         """One whole read: from memory, from chunk files inside ``disk_guard``, or (with
         ``wait``) parked at the tail of an open segment; api.py states the outcomes."""
         return await self._route(name).read(name, offset, max_length, wait, disk_guard)
-
-    def park(self, name: str, offset: int, wake: Callable[[], None]) -> Waiter | None:
-        """A tail read parked without a task (None: nothing to wait for, call ``read``);
-        ``wake()`` is called once, then ``parked_result`` answers it (api.py)."""
-        return self._route(name).park(name, offset, wake)
-
-    def parked_result(self, waiter: Waiter, max_length: int) -> ReadResult | None:
-        return self._route(waiter.seg.name).parked_result(waiter, max_length)
-
-    def unpark(self, waiter: Waiter) -> None:
-        waiter.seg.unpark(waiter)
 
     async def wait_for_data(self, name: str, offset: int, timeout: float) -> None:
         await self._route(name).wait_for_data(name, offset, timeout)

@@ -66,14 +66,13 @@ async def test_a_cache_hit_is_answered_without_a_task(tmp_path: Path) -> None:
 
 
 async def test_a_parked_read_gets_the_next_append(tmp_path: Path) -> None:
-    """Guards Reads.park: parked without a task (no reply), woken by data."""
+    """Guards Reads.read_segment's tail wait: parked (a task, no reply), woken by data."""
     async with harness(tmp_path) as h:
         writer, w, end = await filled(h, "s", 100)
         reader = h.connect()
         reader.send(ReadSegment("s", end, 1000, "", 71))
         await reader.settle(20)
-        assert not reader.conn._tasks and replies(reader, 71) == []
-        assert [p.command.request_id for p in reader.conn.reads.parked] == [71]
+        assert reader.conn._tasks and replies(reader, 71) == []
         writer.send_raw(append(w, 2, 50))
         reply = await answered(reader, 71)
         assert isinstance(reply, SegmentRead) and reply.at_tail and not reply.end_of_segment
@@ -111,23 +110,12 @@ async def test_deleting_under_a_parked_read_answers_empty(tmp_path: Path) -> Non
 
 
 async def test_a_parked_read_times_out_empty_at_tail(tmp_path: Path) -> None:
-    """Guards Reads.expire (from the server's sweep, on its clock): the tail timeout, not
-    sooner, then an empty atTail read, and the waiter is off the segment."""
-    async with harness(tmp_path, tail_read_timeout_s=5) as h:
+    """Guards the wait= the server passes: its tail timeout, then an empty atTail read."""
+    async with harness(tmp_path, tail_read_timeout_s=0.05) as h:
         peer, _, end = await filled(h, "s", 100)
         peer.send(ReadSegment("s", end, 1000, "", 79), ReadSegment("s", end + 9, 1000, "", 80))
-        await peer.settle(20)
-        h.clock.advance(4.9)
-        h.server.sweep()
-        await peer.settle(20)
-        peer.read()
-        assert replies(peer, 79) == replies(peer, 80) == []
-        h.clock.advance(0.2)
-        h.server.sweep()
         assert await answered(peer, 79) == SegmentRead("s", end, True, False, b"", 79)
         assert await answered(peer, 80) == SegmentRead("s", end + 9, True, False, b"", 80)
-        assert not peer.conn.reads.parked
-        assert h.server.ctx.store._route("s")._segments["s"].waiters is None
 
 
 async def test_missing_and_truncated_reads(tmp_path: Path) -> None:
