@@ -81,8 +81,11 @@ def _frame(sock: socket.socket, buf: bytearray) -> bytes:
         buf += data
 
 
-def raw_round(port: int, segment: str, events: int, size: int) -> list[float]:
-    """Ack latencies of a bare blocking socket appending ``events`` lone events."""
+def raw_round(
+    port: int, segment: str, events: int, size: int, sent: list[float] | None = None
+) -> list[float]:
+    """Ack latencies of a bare blocking socket appending ``events`` lone events (and the
+    ``perf_counter`` each was sent at, into ``sent`` if given)."""
     writer = uuid.uuid4()
     record = frame_event(b"x" * size)
     frames = [
@@ -112,6 +115,8 @@ def raw_round(port: int, segment: str, events: int, size: int) -> list[float]:
             sock.sendall(frame)
             _frame(sock, buf)
             out.append(clock() - t)
+            if sent is not None:
+                sent.append(t)
     return out
 
 

@@ -147,3 +147,43 @@ async def test_tail_read_beyond_the_end_waits_for_data(module_server: ServerProc
         c.send(block_end(w, frame_event(b"0123456789"), 1, 1, next_id()))
         reply = await c.reply_to(rid, timeout=5)
         assert reply == SegmentRead(name, 5, True, False, frame_event(b"0123456789")[5:], rid)
+
+
+async def test_hundreds_of_parked_reads_and_a_connection_closing_with_reads_parked(
+    module_server: ServerProcess,
+) -> None:
+    """300 reads parked on one segment over three connections, one of them closed while
+    its reads are parked: one append answers each read still there exactly once, and the
+    segment goes on serving tail reads (a later append wakes a later read)."""
+    host, port = module_server.host, module_server.port
+    name, w = unique(), uuid.uuid4()
+    readers = [await WireClient.connect(host, port) for _ in range(3)]
+    try:
+        async with await WireClient.connect(host, port) as writer:
+            await writer.create_segment(name)
+            await writer.setup_append(w, name)
+            rids = [[next_id() for _ in range(100)] for _ in readers]
+            for reader, ids in zip(readers, rids, strict=True):
+                reader.send(*(ReadSegment(name, 0, 1000, "", r) for r in ids))
+                await reader.keepalive()  # its reads are parked once this is answered
+            gone = readers.pop()
+            rids.pop()
+            await gone.close()
+            await readers[0].keepalive()
+            assert all(not r.by_id(i) for r, ids in zip(readers, rids, strict=True) for i in ids)
+            event = frame_event(b"for-everyone")
+            writer.send(block_end(w, event, 1, 1, next_id()))
+            for reader, ids in zip(readers, rids, strict=True):
+                await reader.wait_until(lambda r=reader, ids=ids: all(r.by_id(i) for i in ids))
+                for i in ids:
+                    assert reader.by_id(i) == [SegmentRead(name, 0, True, False, event, i)]
+            rid = next_id()
+            readers[0].send(ReadSegment(name, len(event), 1000, "", rid))
+            await readers[0].keepalive()
+            writer.send(block_end(w, frame_event(b"later"), 1, 2, next_id()))
+            reply = await readers[0].reply_to(rid, timeout=5)
+            assert reply == SegmentRead(name, len(event), True, False, frame_event(b"later"), rid)
+            await writer.wait_acked(w, 2)
+    finally:
+        for reader in readers:
+            await reader.close()
