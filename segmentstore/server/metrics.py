@@ -129,6 +129,12 @@ class _Collector:
         yield GaugeMetricFamily(
             p + "log_size_bytes", "Bytes in the write-ahead log", value=stats.get("log_bytes", 0)
         )
+        yield GaugeMetricFamily(
+            p + "containers_stopped",
+            "Containers stopped after an internal error (their calls fail; a restart "
+            "recovers them from the log)",
+            value=stats.get("stopped", 0),
+        )
         yield from _native_lane_families(p, stats)
         if m.controller_stats is not None:
             from ..controller.metrics import controller_families

@@ -17,6 +17,8 @@ from segmentstore_client.protocol import (
     ReadSegment,
 )
 
+from segmentstore.server.metrics import MetricsPage
+
 from .harness import harness
 from .test_harness import acks, append, first_ack, setup
 
@@ -36,6 +38,11 @@ async def test_a_stopped_container_answers_every_request_with_an_error(
         peer.send(ReadSegment("s", tail, 1000, "", 50))  # parked at the tail
         await peer.settle()
 
+        metrics = h.server.ctx.metrics
+        metrics.store_stats = h.server.ctx.store.stats  # as Server.start wires it
+        page = MetricsPage(metrics)
+        assert b"segmentstore_containers_stopped 0.0" in page.render()[0]
+
         container = h.server.ctx.store._containers[0]
         apply = container._apply
 
@@ -52,6 +59,8 @@ async def test_a_stopped_container_answers_every_request_with_an_error(
         assert STOPPED in got[50].message
         assert [a.event_number for a in acks(peer)] == [1]
         assert not peer.closed
+        # Operators see it: /metrics counts the stopped container.
+        assert b"segmentstore_containers_stopped 1.0" in page.render()[0]
 
         # Later requests: an error reply at once, not a hang.
         peer.send(CreateSegment(60, "t", 0, 0, ""))
