@@ -1,4 +1,5 @@
-"""The HTTP side of ``segmentstore serve``: ``/metrics`` and the Databus 2.0 relay.
+"""The HTTP side of ``segmentstore serve``: ``/metrics``, ``/healthz`` and the Databus 2.0
+relay.
 
 ``start_http(ctx, config)`` builds the aiohttp application (metrics page plus the relay's
 routes) and serves it on ``config.http_host:config.http_port`` with the limits of
@@ -33,6 +34,13 @@ async def start_http(
         body, content_type = page.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
 
+    async def healthz(request: web.Request) -> web.Response:
+        # 503 once an internal error stopped a container (its calls fail until a restart).
+        stopped = ctx.store.stopped()
+        if stopped:
+            return web.json_response({"status": "stopped", "containers": stopped}, status=503)
+        return web.json_response({"status": "ok"})
+
     from .page import status_page
     from .routes import HTTP, add_routes
     from .service import RelayService
@@ -44,6 +52,7 @@ async def start_http(
 
         app.middlewares.append(require_credentials(auth))
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
     service = RelayService(ctx)
     add_routes(app, service)
     add_stats_routes(app)

@@ -145,6 +145,11 @@ class ContainerState:
             raise SegmentNotFound(name)
         return seg
 
+    @property
+    def stopped_reason(self) -> str | None:
+        """The one-line reason an internal error stopped this container, or None."""
+        return self._stopped
+
     def _unavailable(self, name: str) -> StorageUnavailable:
         """The error of a call the container refuses: it is closing, or it stopped."""
         return StorageUnavailable(name, self._stopped or "the store is closing")

@@ -269,6 +269,11 @@ class SegmentStore:
 
     # ------------------------------------------------------------------ metrics
 
+    def stopped(self) -> list[str]:
+        """Why each container an internal error stopped stopped (commit.py's fail-stop):
+        one line each, naming the container; empty while every container works."""
+        return [c.stopped_reason for c in self._containers if c.stopped_reason is not None]
+
     def stats(self) -> dict[str, float]:
         """Counters and gauges summed over containers (names fit Prometheus metrics)."""
         out: dict[str, float] = {}
