@@ -3,7 +3,8 @@ Dockerfile's HEALTHCHECK) and load balancers.
 
 Three checks, each bounded by ``--timeout``: the Hello exchange; a round trip on a fresh
 scratch segment (create, append one event, read it back equal, delete); and the
-Prometheus ``/metrics`` endpoint answering 200 with segmentstore metrics. Exit code 0
+Prometheus ``/metrics`` endpoint answering 200 with segmentstore metrics and no container
+stopped by an internal error (``segmentstore_containers_stopped`` 0). Exit code 0
 when all pass, 1 otherwise; a line per check for people, or one JSON object.
 """
 
@@ -28,6 +29,8 @@ from ._render import aligned
 
 METRICS_ENV: Final = "SEGMENTSTORE_METRICS_URL"
 DEFAULT_METRICS_PORT: Final = 9091
+# Containers an internal error stopped (storage/commit.py's fail-stop): > 0 is unhealthy.
+STOPPED_GAUGE: Final = "segmentstore_containers_stopped"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -108,9 +111,17 @@ def _get_metrics(url: str, limit: float) -> str:
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise RuntimeError(f"{url}: {reason}") from None
-    series = sum(1 for line in body.splitlines() if line.startswith("segmentstore_"))
+    lines = body.splitlines()
+    series = sum(1 for line in lines if line.startswith("segmentstore_"))
     if not series:
         raise RuntimeError(f"{url}: no segmentstore_ metrics in the answer")
+    for line in lines:
+        name, _, value = line.partition(" ")
+        if name == STOPPED_GAUGE and value.strip() not in ("0", "0.0"):
+            raise RuntimeError(
+                f"{url}: {value.strip()} container(s) stopped after an internal error; "
+                "restart the server (its /healthz names them)"
+            )
     return f"{url}: {series} segmentstore series"
 
 

@@ -7,6 +7,8 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
+import pytest
+
 from .conftest import run_cli
 from .test_segment import mute_server
 
@@ -57,3 +59,38 @@ def test_health_fails_fast_on_a_dead_or_mute_store() -> None:
         assert lines[1].split()[:2] == ["ok", "hello"]
         assert lines[2].split()[:3] == ["FAIL", "round", "trip"]
         assert lines[-1] == "unhealthy"
+
+
+def test_health_fails_when_the_metrics_count_a_stopped_container() -> None:
+    """A store whose container an internal error stopped still answers Hello (and may pass
+    the round trip on another container): the metrics check reads the gauge and fails."""
+    import http.server
+    import threading
+
+    from segmentstore.commands.health import _get_metrics
+
+    body = {"value": b"segmentstore_appends_total 3.0\nsegmentstore_containers_stopped 1.0\n"}
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body["value"])))
+            self.end_headers()
+            self.wfile.write(body["value"])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        with pytest.raises(RuntimeError, match=r"1\.0 container\(s\) stopped after an internal"):
+            _get_metrics(url, 5.0)
+        body["value"] = b"segmentstore_appends_total 3.0\nsegmentstore_containers_stopped 0.0\n"
+        assert _get_metrics(url, 5.0).endswith("2 segmentstore series")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
