@@ -186,11 +186,7 @@ final class WireClient implements Closeable {
   /** GetSegmentAttribute: the value, or {@link #NULL_ATTRIBUTE} when unset. */
   long attribute(String segment, UUID attribute) throws IOException {
     long id = nextId++;
-    Payload p = new Payload();
-    p.out.writeLong(id);
-    p.out.writeUTF(segment);
-    p.out.writeLong(attribute.getMostSignificantBits());
-    p.out.writeLong(attribute.getLeastSignificantBits());
+    Payload p = attributeRequest(id, segment, attribute);
     p.out.writeUTF("");
     send(GET_ATTRIBUTE, p.bytes(), segment);
     DataInputStream r = expect(ATTRIBUTE, id, segment, -1);
@@ -209,11 +205,7 @@ final class WireClient implements Closeable {
   boolean compareAndSetAttribute(String segment, UUID attribute, long value, long expected)
       throws IOException {
     long id = nextId++;
-    Payload p = new Payload();
-    p.out.writeLong(id);
-    p.out.writeUTF(segment);
-    p.out.writeLong(attribute.getMostSignificantBits());
-    p.out.writeLong(attribute.getLeastSignificantBits());
+    Payload p = attributeRequest(id, segment, attribute);
     p.out.writeLong(value);
     p.out.writeLong(expected);
     p.out.writeUTF("");
@@ -225,6 +217,17 @@ final class WireClient implements Closeable {
     } catch (EOFException e) {
       throw malformed("SegmentAttributeUpdated", segment, -1, e);
     }
+  }
+
+  /** The fields GetSegmentAttribute and UpdateSegmentAttribute start with. */
+  private static Payload attributeRequest(long id, String segment, UUID attribute)
+      throws IOException {
+    Payload p = new Payload();
+    p.out.writeLong(id);
+    p.out.writeUTF(segment);
+    p.out.writeLong(attribute.getMostSignificantBits());
+    p.out.writeLong(attribute.getLeastSignificantBits());
+    return p;
   }
 
   /** Sends a ReadSegment and returns its request id; {@link #readReply} collects it. */
