@@ -6,6 +6,7 @@ refresh of an expired token."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import ssl
 import subprocess
@@ -268,5 +269,14 @@ def test_http_port_requires_credentials_when_asked(tmp_path: Path) -> None:
             assert get(wrong) == 401, path
             assert get(basic) == 200, path
             assert get(f"Bearer {s.static_token}") == 200, path
+        # The health check answers probes that carry no credentials (and ignores bad ones).
+        url = f"https://127.0.0.1:{s.server.http_port}/healthz"
+        with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+            assert (r.status, json.loads(r.read())) == (200, {"status": "ok"})
+        for other in ("/healthz/", "/healthz.json", "/metrics?x=/healthz"):
+            req = urllib.request.Request(f"https://127.0.0.1:{s.server.http_port}{other}")
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(req, context=ctx, timeout=10)
+            assert info.value.code == 401, other
     finally:
         s.server.kill()
