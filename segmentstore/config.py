@@ -17,6 +17,8 @@ from typing import Any
 
 ENV_PREFIX = "SEGMENTSTORE_"
 FSYNC_MODES = ("always", "interval", "never")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+ON_OFF = ("direct_io", "auth", "http_auth")  # "on" or "off"; TOML true and false too
 
 
 class ConfigError(ValueError):
@@ -77,6 +79,12 @@ class ServerConfig:
     def validate(self) -> ServerConfig:
         if self.fsync not in FSYNC_MODES:
             raise ConfigError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {self.fsync!r}")
+        if self.fsync_interval_ms < 1:  # 0 or less: the log thread would fsync in a busy loop
+            raise ConfigError(f"fsync_interval_ms must be at least 1, not {self.fsync_interval_ms}")
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ConfigError(
+                f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}"
+            )
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} out of range")
         if not 0 <= self.advertised_port <= 65535:
@@ -147,6 +155,8 @@ def _convert(field: dataclasses.Field[Any], raw: Any, source: str) -> Any:
             return float(raw)
         if kind == "Path":
             return Path(str(raw)).expanduser()
+        if field.name in ON_OFF and isinstance(raw, bool):  # TOML `direct_io = false`
+            return "on" if raw else "off"
         return str(raw)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{source}: {field.name} = {raw!r} is not a valid {kind}") from e

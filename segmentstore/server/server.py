@@ -14,6 +14,7 @@ their acknowledgements, closes connections, and closes the store.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -125,7 +126,10 @@ class Server:
         except StorageError:
             raise  # a refusal to open damaged data: cli.py prints it and exits EXIT_STORAGE
         except OSError as e:
-            raise StartupError(f"cannot open the data dir {config.data_dir}: {_why(e)}") from e
+            why = _why(e)
+            if isinstance(e, FileExistsError) and not config.data_dir.is_dir():
+                why = "it is a file, not a directory"  # mkdir's "file exists" hides that
+            raise StartupError(f"cannot open the data dir {config.data_dir}: {why}") from e
         tables = await TableStore.open(store)
         await _drop_orphaned_transients(store)
         metrics.recovery_seconds = time.perf_counter() - started
@@ -167,7 +171,8 @@ class Server:
                     probe.bind((c.host, c.controller_port))
             except OSError as e:
                 raise StartupError(
-                    f"cannot listen on {c.host}:{c.controller_port} for the controller: {_why(e)}"
+                    f"cannot listen on {c.host}:{c.controller_port} for the controller: "
+                    + _bind_why(e, "--controller-port")
                 ) from e
         try:
             from ..controller.controller import Controller, ControllerSettings
@@ -232,7 +237,9 @@ class Server:
                 ssl_handshake_timeout=c.hello_timeout_s if self.tls else None,
             )  # fmt: skip
         except OSError as e:
-            raise StartupError(f"cannot listen on {c.host}:{c.port}: {_why(e)}") from e
+            raise StartupError(
+                f"cannot listen on {c.host}:{c.port}: {_bind_why(e, '--port')}"
+            ) from e
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         if c.http_port >= 0:
@@ -244,7 +251,7 @@ class Server:
                 )
             except OSError as e:
                 self._listener.close()
-                why = _why(e)
+                why = _bind_why(e, "--http-port")
                 raise StartupError(
                     f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
                 ) from e
@@ -394,6 +401,17 @@ def _why(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower() + (f" ({e.filename})" if e.filename else "")
     return str(e)
+
+
+def _bind_why(e: OSError, flag: str) -> str:
+    """Why a port could not be bound, with the way out when it is taken. asyncio words a
+    bind error as "error while attempting to bind on address (...): ..."; the errno says
+    the same in fewer words."""
+    if e.errno == errno.EADDRINUSE:
+        return f"address already in use (another server? {flag} picks another port, 0 any free one)"
+    if e.errno is not None and e.strerror and e.strerror.startswith("error while attempting"):
+        return os.strerror(e.errno).lower()
+    return _why(e)
 
 
 async def run(config: ServerConfig) -> None:
