@@ -3,6 +3,7 @@ failed before its fix."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import socket
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from segmentstore_client.pool import within
 
 from segmentstore.config import ConfigError, ServerConfig, load_config
 
@@ -186,3 +188,25 @@ def test_busy_port_says_which_flag_moves_it(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
     line = _one_error_line(_serve([*base, "--data-dir", str(tmp_path / "file")]))
     assert line.endswith(": it is a file, not a directory"), line
+
+
+def test_negative_timeout_leaves_no_unawaited_coroutine() -> None:
+    """The Client section's per-call ``timeout=``: ``client.ping(timeout=-1)`` raised its
+    ValueError, and then Python printed "RuntimeWarning: coroutine 'Client.ping.<locals>.once'
+    was never awaited" (the call's coroutine was made before the check and dropped; the
+    same for admin calls, ``read_bytes``, ``list_segments`` and ``flush``)."""
+
+    async def call() -> int:
+        return 1
+
+    async def main() -> None:
+        work = call()
+        try:
+            with pytest.raises(ValueError, match="timeout must not be negative"):
+                await within(-1, work)
+            assert work.cr_frame is None  # closed, so nothing warns when it is collected
+        finally:
+            work.close()
+        assert await within(0.5, call()) == 1
+
+    asyncio.run(main())
