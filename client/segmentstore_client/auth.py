@@ -99,7 +99,7 @@ async def fetch_token(
         raise ConnectFailed(f"fetching a token needs grpcio: {e}") from e
     endpoint = connection.Endpoint.parse(controller)
     options = options or connection.ConnectionOptions()
-    target = f"{endpoint.host}:{endpoint.port}"
+    target = endpoint.netloc
     if endpoint.tls:
         try:
             root = Path(options.tls_ca_file).read_bytes() if options.tls_ca_file else None

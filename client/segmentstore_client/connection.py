@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import socket
 import ssl
 import time
@@ -88,8 +89,14 @@ class Endpoint:
             raise ValueError(f"no host in endpoint {uri!r}")
         return cls(parts.hostname, parts.port or DEFAULT_PORT, parts.scheme in TLS_SCHEMES)
 
+    @property
+    def netloc(self) -> str:
+        """``host:port``, an IPv6 host in brackets (``[::1]:12345``), as URIs and gRPC
+        targets write it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
     def __str__(self) -> str:
-        return f"{'tls' if self.tls else 'tcp'}://{self.host}:{self.port}"
+        return f"{'tls' if self.tls else 'tcp'}://{self.netloc}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,6 +532,18 @@ class Connection(asyncio.Protocol):
             self._closed_fut.set_result(None)
 
 
+def _connect_why(e: OSError) -> str:
+    """The reason a connect failed in a few words: asyncio says "[Errno 111] Connect call
+    failed ('127.0.0.1', 1)" and uvloop "[Errno 111] Connection refused" for one cause."""
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused (is a segment store listening there?)"
+    if isinstance(e, socket.gaierror) and e.strerror:
+        return e.strerror.lower()  # "name or service not known"
+    if isinstance(e.errno, int) and e.errno > 0 and not isinstance(e, ssl.SSLError):
+        return os.strerror(e.errno).lower()
+    return str(e)
+
+
 async def open_connection(
     endpoint: Endpoint, options: ConnectionOptions | None = None
 ) -> Connection:
@@ -553,7 +572,7 @@ async def open_connection(
             f"could not connect to {endpoint} within {options.connect_timeout:g}s"
         ) from None
     except OSError as e:
-        error = ConnectFailed(f"could not connect to {endpoint}: {e}")
+        error = ConnectFailed(f"could not connect to {endpoint}: {_connect_why(e)}")
         # Nothing listens there, or the name does not resolve: not a passing blip.
         # A certificate that fails verification will fail the same way next time.
         error.refused = isinstance(

@@ -177,12 +177,18 @@ GLOBAL_OPTIONS: Final[tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]] =
     (
         ("--user",),
         "user",
-        {"help": f"authenticate as USER; the password comes from ${PASSWORD_ENV} or a prompt"},
+        {
+            "metavar": "USER",  # else the top-level copy shows its dest, TOP_USER
+            "help": f"authenticate as USER; the password comes from ${PASSWORD_ENV} or a prompt",
+        },
     ),
     (
         ("--token",),
         "token",
-        {"help": f"authenticate with this static token (default ${TOKEN_ENV})"},
+        {
+            "metavar": "TOKEN",
+            "help": f"authenticate with this static token (default ${TOKEN_ENV})",
+        },
     ),
     (
         ("-q", "--quiet"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -72,8 +73,8 @@ def metrics_url(args: argparse.Namespace) -> str:
         return str(args.metrics_url)
     if os.environ.get(METRICS_ENV):
         return os.environ[METRICS_ENV]
-    host = parsed_endpoint(args).host
-    return f"http://{host}:{DEFAULT_METRICS_PORT}/metrics"
+    endpoint = parsed_endpoint(args)
+    return f"http://{dataclasses.replace(endpoint, port=DEFAULT_METRICS_PORT).netloc}/metrics"
 
 
 async def _timed(name: str, step: Awaitable[str], limit: float) -> Check:

@@ -171,7 +171,7 @@ class Server:
                     probe.bind((c.host, c.controller_port))
             except OSError as e:
                 raise StartupError(
-                    f"cannot listen on {c.host}:{c.controller_port} for the controller: "
+                    f"cannot listen on {host_port(c.host, c.controller_port)} for the controller: "
                     + _bind_why(e, "--controller-port")
                 ) from e
         try:
@@ -238,7 +238,7 @@ class Server:
             )  # fmt: skip
         except OSError as e:
             raise StartupError(
-                f"cannot listen on {c.host}:{c.port}: {_bind_why(e, '--port')}"
+                f"cannot listen on {host_port(c.host, c.port)}: {_bind_why(e, '--port')}"
             ) from e
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
@@ -253,7 +253,7 @@ class Server:
                 self._listener.close()
                 why = _bind_why(e, "--http-port")
                 raise StartupError(
-                    f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
+                    f"cannot serve metrics on {host_port(c.http_host, c.http_port)}: {why}"
                 ) from e
             self.metrics_port = self._metrics_server.port
 
@@ -318,21 +318,22 @@ class Server:
         task.add_done_callback(self._background.discard)
 
     def ready_line(self) -> str:
-        host, port = self.address
+        c = self.config
         metrics = (
-            f"metrics on http{'s' if self.tls else ''}://{self.config.http_host}:"
-            f"{self.metrics_port}/metrics"
+            f"metrics on http{'s' if self.tls else ''}://"
+            f"{host_port(c.http_host, self.metrics_port)}/metrics"
             if self.metrics_port is not None
             else "metrics disabled"
         )
         controller = (
-            f"controller on {'tls' if self.tls else 'tcp'}://{self.config.host}:"
-            f"{self.controller.port}"
+            f"controller on {'tls' if self.tls else 'tcp'}://"
+            f"{host_port(c.host, self.controller.port)}"
             if self.controller is not None
             else "controller disabled"
         )
         return (
-            f"segmentstore ready: listening on {host}:{port}, {metrics}, {controller}, "
+            f"segmentstore ready: listening on {host_port(*self.address)}, {metrics}, "
+            f"{controller}, "
             f"fsync={self.config.fsync}, data dir {self.config.data_dir.resolve()}, "
             f"recovery {self.ctx.metrics.recovery_seconds:.3f}s"
         )
@@ -401,6 +402,11 @@ def _why(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower() + (f" ({e.filename})" if e.filename else "")
     return str(e)
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as a URI writes it: an IPv6 address in brackets (``[::1]:12345``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _bind_why(e: OSError, flag: str) -> str:

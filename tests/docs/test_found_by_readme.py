@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from segmentstore_client import sync
+from segmentstore_client.connection import Endpoint
 from segmentstore_client.pool import within
 
 from segmentstore.config import ConfigError, ServerConfig, load_config
@@ -210,3 +214,125 @@ def test_negative_timeout_leaves_no_unawaited_coroutine() -> None:
         assert await within(0.5, call()) == 1
 
     asyncio.run(main())
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEGMENTSTORE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "segmentstore", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_refused_endpoint_says_so_in_words() -> None:
+    """The Command line section's "a refused port": every client command printed
+    "could not connect to tcp://127.0.0.1:N: [Errno 111] Connect call failed ('127.0.0.1', N)";
+    the controller's refusal was gRPC's "failed to connect to all addresses; last error:
+    UNKNOWN: ipv4:...". Both say "connection refused" with a hint now."""
+    port = _free_port()
+    done = _cli("segment", "info", "x/0", "--endpoint", f"tcp://127.0.0.1:{port}")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == (
+        f"segmentstore: could not connect to tcp://127.0.0.1:{port}: connection refused "
+        "(is a segment store listening there?)\n"
+    )
+    done = _cli("scope", "list", "--controller", f"tcp://127.0.0.1:{port}")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == (
+        f"segmentstore: controller tcp://127.0.0.1:{port} unreachable (listScopes): connection "
+        "refused (is a controller listening there?)\n"
+    )
+
+
+def test_ipv6_endpoints() -> None:
+    """``--endpoint tcp://[::1]:12345`` was parsed, written back as ``tcp://::1:12345``
+    and parsed again: "internal error: ValueError: no host in endpoint" (exit 70). An
+    endpoint now keeps the brackets wherever it is written (its URI, the default
+    controller and metrics addresses, gRPC targets)."""
+    ep = Endpoint.parse("tcp://[::1]:12345")
+    assert (ep.host, ep.port, str(ep), ep.netloc) == (
+        "::1",
+        12345,
+        "tcp://[::1]:12345",
+        "[::1]:12345",
+    )
+    assert Endpoint.parse(str(ep)) == ep
+    assert str(Endpoint.parse("tls://[fe80::1]")) == "tls://[fe80::1]:12345"
+    assert Endpoint.parse("127.0.0.1:1").netloc == "127.0.0.1:1"
+    port = str(_free_port())
+    done = _cli("segment", "info", "x/0", "--endpoint", f"tcp://[::1]:{port}")
+    assert done.returncode == 3, done.stderr  # refused (or no IPv6): unreachable, not a bug
+    assert done.stderr.startswith(f"segmentstore: could not connect to tcp://[::1]:{port}: ")
+    done = _cli("scope", "list", "--endpoint", f"tcp://[::1]:{port}")  # default controller
+    assert done.returncode == 3, done.stderr
+    assert "could not connect to tcp://[::1]" in done.stderr, done.stderr
+    done = _cli("health", "--endpoint", f"tcp://[::1]:{port}", "--json")
+    assert done.returncode == 1, done.stderr
+    checks = {c["name"]: c["detail"] for c in json.loads(done.stdout)["checks"]}
+    assert checks["metrics"].startswith("http://[::1]:9091/metrics: "), checks
+
+
+def test_serve_on_ipv6_with_its_controller(tmp_path: Path) -> None:
+    """``segmentstore serve --host ::1`` failed to start: the controller bound gRPC to
+    "::1:0" ("Failed to bind to address ::1:0"), and the ready line read "listening on
+    ::1:35089". Now the server starts, its ready line brackets the addresses, and the
+    SDK creates a scope and a stream through that controller and writes and reads."""
+    with socket.socket(socket.AF_INET6) as probe:
+        try:
+            probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback on this machine")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SEGMENTSTORE_")}
+    args = ["--host", "::1", "--http-host", "::1", "--port", "0", "--http-port", "0"]
+    args += ["--controller-port", "0", "--log-file-mb", "4", "--data-dir", str(tmp_path / "d")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "segmentstore", "serve", *args],
+        env=base,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        ready = ""
+        for _ in range(100):  # bounded: the start-up log is a few lines
+            line = proc.stderr.readline()
+            if not line or "segmentstore ready" in line:
+                ready = line
+                break
+        m = re.search(
+            r"listening on (\[::1\]:\d+), metrics on http://\[::1\]:\d+/metrics, "
+            r"controller on (tcp://\[::1\]:\d+),",
+            ready,
+        )
+        assert m, ready
+        with sync.connect(f"tcp://{m.group(1)}", controller=m.group(2), connect_timeout=10) as c:
+            c.create_scope("v6", exist_ok=True)
+            c.create_stream("v6/s", 2, exist_ok=True)
+            with c.stream_writer("v6/s", writer_id="w") as w:
+                w.write(b"over IPv6", routing_key="k")
+            info = c.stream_info("v6/s")
+            assert sum(s.events for s in info.segments.values()) == 1
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_top_level_help_names_user_and_token_plainly() -> None:
+    """``segmentstore --help`` showed ``--user TOP_USER`` and ``--token TOP_TOKEN``: the
+    top-level copies' internal names, where every subcommand shows USER and TOKEN."""
+    done = _cli("--help")
+    assert done.returncode == 0, done.stderr
+    assert "TOP_" not in done.stdout
+    assert "--user USER" in done.stdout and "--token TOKEN" in done.stdout

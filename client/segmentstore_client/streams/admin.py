@@ -9,6 +9,7 @@ also asks the segment store for each segment's length and event count. Names are
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,8 @@ class StreamAdmin(AdminClient):
         self, endpoint: str | Endpoint, options: ConnectionOptions, controller: str = ""
     ) -> None:
         super().__init__(endpoint, options)
-        self.controller_uri = controller or f"tcp://{self.endpoint.host}:{DEFAULT_CONTROLLER_PORT}"
+        default = dataclasses.replace(self.endpoint, port=DEFAULT_CONTROLLER_PORT, tls=False)
+        self.controller_uri = controller or f"tcp://{default.netloc}"
         self._controller_client: ControllerClient | None = None
         self._controller_closed = False
 
