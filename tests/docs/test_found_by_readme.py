@@ -11,14 +11,21 @@ import re
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from security.certs import make_pki  # tests/security/certs.py
+from security.tokens import write_secret  # tests/security/tokens.py
 from segmentstore_client import sync
 from segmentstore_client.connection import Endpoint
+from segmentstore_client.errors import ConnectFailed
 from segmentstore_client.pool import within
+from segmentstore_client.streams.controller_client import ControllerClient
 
 from segmentstore.config import ConfigError, ServerConfig, load_config
+from segmentstore.server.launcher import ServerProcess
 
 
 def test_passwd_without_terminal_asks_for_password_stdin(tmp_path: Path) -> None:
@@ -246,11 +253,19 @@ def test_refused_endpoint_says_so_in_words() -> None:
         f"segmentstore: could not connect to tcp://127.0.0.1:{port}: connection refused "
         "(is a segment store listening there?)\n"
     )
-    done = _cli("scope", "list", "--controller", f"tcp://127.0.0.1:{port}")
-    assert done.returncode == 3, done.stderr
-    assert done.stderr == (
-        f"segmentstore: controller tcp://127.0.0.1:{port} unreachable (listScopes): connection "
-        "refused (is a controller listening there?)\n"
+    controller = ControllerClient(f"tcp://127.0.0.1:{port}", timeout=5)
+
+    async def list_scopes() -> None:
+        try:
+            await controller.call("listScopes", controller.messages().ScopesRequest())
+        finally:
+            await controller.close()
+
+    with pytest.raises(ConnectFailed) as caught:
+        asyncio.run(list_scopes())
+    assert str(caught.value) == (
+        f"controller tcp://127.0.0.1:{port} unreachable (listScopes): connection refused "
+        "(is a controller listening there?)"
     )
 
 
@@ -336,3 +351,139 @@ def test_top_level_help_names_user_and_token_plainly() -> None:
     assert done.returncode == 0, done.stderr
     assert "TOP_" not in done.stdout
     assert "--user USER" in done.stdout and "--token TOKEN" in done.stdout
+
+
+@dataclasses.dataclass
+class _Secure:
+    server: ServerProcess
+    ca: str
+    controller: str
+
+    def args(self, *, scheme: str = "tls") -> list[str]:
+        ep = f"{scheme}://localhost:{self.server.port}"
+        return ["--endpoint", ep, "--controller", self.controller, "--tls-ca-file", self.ca]
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Secure]:
+    """The Security section's set-up: TLS, auth, users made by ``passwd``; the HTTP port
+    asks for credentials too (``--http-auth on``)."""
+    tmp = tmp_path_factory.mktemp("readme-secure")
+    pki = make_pki(tmp / "pki")
+    write_secret(tmp / "secret")
+    users = str(tmp / "users")
+    for user, role in (
+        ("alice", ["--acl", "prn::/scope:app,READ_UPDATE;prn::/scope:app/*,READ_UPDATE"]),
+        ("admin", ["--admin"]),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "segmentstore", "passwd", users, user, *role, "--password-stdin"],
+            input=f"{user}-pw\n", capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    server = ServerProcess(
+        tmp / "data",
+        [
+            "--tls-cert-file", pki.server_pem, "--tls-key-file", pki.server_key,
+            "--auth", "on", "--auth-token-secret-file", str(tmp / "secret"),
+            "--auth-password-file", users, "--http-auth", "on", "--controller-port", "0",
+            "--advertised-host", "localhost",
+        ],
+    )  # fmt: skip
+    server.start()
+    try:
+        m = re.search(r"controller on tls://127\.0\.0\.1:(\d+)", "".join(server.log))
+        assert m, server.log[-5:]
+        yield _Secure(server, pki.ca_pem, f"tls://localhost:{m.group(1)}")
+    finally:
+        server.kill()
+
+
+def _cli_as(user: str | None, password: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEGMENTSTORE_")}
+    env["SEGMENTSTORE_PASSWORD"] = password
+    who = ["--user", user] if user else []
+    return subprocess.run(
+        [sys.executable, "-m", "segmentstore", *args, *who],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_wrong_password_and_no_credentials_say_which(secure: _Secure) -> None:
+    """Security, "wrong password": the controller answered "authentication required" to
+    a wrong password as to none at all, and a command without credentials got "delegation
+    token refused: no delegation token" with no word on how to give them."""
+    done = _cli_as("alice", "wrong", "scope", "list", *secure.args())
+    assert done.returncode == 15, done.stderr
+    assert done.stderr.endswith("wrong user name, password or token\n"), done.stderr
+    done = _cli_as(None, "", "segment", "info", "app/x/0", *secure.args())
+    assert done.returncode == 15, done.stderr
+    assert done.stderr.endswith(
+        " (authenticate with --user and $SEGMENTSTORE_PASSWORD, or --token)\n"
+    ), done.stderr
+    done = _cli_as("alice", "alice-pw", "segment", "create", "app/x/0", *secure.args())
+    assert done.returncode == 0, done.stderr
+
+
+def test_health_of_a_secure_store(secure: _Secure) -> None:
+    """``segmentstore health`` against the Security set-up: its metrics check fetched the
+    HTTPS port with the system's trust store (CERTIFICATE_VERIFY_FAILED with the README's
+    self-signed certificate) and no credentials (401 with --http-auth on), and its default
+    URL said http:// for a tls:// endpoint. It uses --tls-ca-file, --user and --token now."""
+    url = f"https://localhost:{secure.server.http_port}/metrics"
+    done = _cli_as("admin", "admin-pw", "health", "--json", "--metrics-url", url, *secure.args())
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["metrics"]["ok"], checks["metrics"]
+    assert done.returncode == 0, done.stdout
+    done = _cli_as("admin", "wrong", "health", "--json", "--metrics-url", url, *secure.args())
+    assert done.returncode == 1
+    done = _cli_as("admin", "admin-pw", "health", "--json", *secure.args())
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["metrics"]["detail"].startswith("https://localhost:9091/metrics"), checks
+
+
+def test_endpoint_at_a_wrong_port_or_scheme(secure: _Secure, tmp_path: Path) -> None:
+    """An endpoint given the wrong port or scheme, as a Pravega user who knows 9090 as
+    "the" address would: tcp:// to a TLS store said "closed the connection during Hello:
+    tcp://... closed the connection", tls:// to a plain one "could not connect to tls://...:"
+    and nothing after it, the metrics or controller port "sent an invalid frame: unknown
+    wire command type 1213486160". Each names the likely cause now."""
+    # A plain close during Hello may be a full server (max_connections), so it is retried
+    # for the connect timeout: 2 s here.
+    done = _cli_as(None, "", "segment", "info", "a/0", "--timeout", "2", *secure.args(scheme="tcp"))
+    assert done.returncode == 3
+    assert done.stderr == (
+        f"segmentstore: tcp://localhost:{secure.server.port} closed the connection during "
+        "Hello (a server with TLS on takes tls://)\n"
+    )
+    plain = ServerProcess(tmp_path / "plain", ["--controller-port", "0"])
+    plain.start()
+    try:
+        port = plain.port
+        done = _cli(
+            "segment", "info", "a/0", "--timeout", "2", "--endpoint", f"tls://127.0.0.1:{port}"
+        )
+        assert done.returncode == 3
+        assert done.stderr == (
+            f"segmentstore: could not connect to tls://127.0.0.1:{port}: the TLS handshake "
+            "failed (connection reset); a server without TLS takes tcp://\n"
+        )
+        where = (
+            "not Pravega's wire protocol: the segment store's wire port is another (default 12345)"
+        )
+        started = time.monotonic()  # another protocol is not a blip: no retries
+        done = _cli("segment", "info", "a/0", "--endpoint", f"tcp://127.0.0.1:{plain.http_port}")
+        assert done.returncode == 3 and time.monotonic() - started < 8
+        assert done.stderr.endswith(f"answered in HTTP (the metrics port?), {where}\n")
+        m = re.search(r"controller on tcp://127\.0\.0\.1:(\d+)", "".join(plain.log))
+        assert m
+        started = time.monotonic()
+        done = _cli("segment", "info", "a/0", "--endpoint", f"tcp://127.0.0.1:{m.group(1)}")
+        assert done.returncode == 3 and time.monotonic() - started < 8
+        assert done.stderr.endswith(f"answered in HTTP/2 (the controller's port?), {where}\n")
+    finally:
+        plain.kill()
