@@ -365,6 +365,25 @@ class _Secure:
 
 
 @pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A store as `scripts/run` starts it (no TLS, no auth), with its controller."""
+    server = ServerProcess(
+        tmp_path_factory.mktemp("readme-plain") / "data", ["--controller-port", "0"]
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def _controller_of(server: ServerProcess) -> str:
+    m = re.search(r"controller on (tcp://127\.0\.0\.1:\d+)", "".join(server.log))
+    assert m, server.log[-5:]
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Secure]:
     """The Security section's set-up: TLS, auth, users made by ``passwd``; the HTTP port
     asks for credentials too (``--http-auth on``)."""
@@ -446,7 +465,7 @@ def test_health_of_a_secure_store(secure: _Secure) -> None:
     assert checks["metrics"]["detail"].startswith("https://localhost:9091/metrics"), checks
 
 
-def test_endpoint_at_a_wrong_port_or_scheme(secure: _Secure, tmp_path: Path) -> None:
+def test_endpoint_at_a_wrong_port_or_scheme(secure: _Secure, plain: ServerProcess) -> None:
     """An endpoint given the wrong port or scheme, as a Pravega user who knows 9090 as
     "the" address would: tcp:// to a TLS store said "closed the connection during Hello:
     tcp://... closed the connection", tls:// to a plain one "could not connect to tls://...:"
@@ -460,30 +479,35 @@ def test_endpoint_at_a_wrong_port_or_scheme(secure: _Secure, tmp_path: Path) -> 
         f"segmentstore: tcp://localhost:{secure.server.port} closed the connection during "
         "Hello (a server with TLS on takes tls://)\n"
     )
-    plain = ServerProcess(tmp_path / "plain", ["--controller-port", "0"])
-    plain.start()
-    try:
-        port = plain.port
-        done = _cli(
-            "segment", "info", "a/0", "--timeout", "2", "--endpoint", f"tls://127.0.0.1:{port}"
-        )
-        assert done.returncode == 3
-        assert done.stderr == (
-            f"segmentstore: could not connect to tls://127.0.0.1:{port}: the TLS handshake "
-            "failed (connection reset); a server without TLS takes tcp://\n"
-        )
-        where = (
-            "not Pravega's wire protocol: the segment store's wire port is another (default 12345)"
-        )
-        started = time.monotonic()  # another protocol is not a blip: no retries
-        done = _cli("segment", "info", "a/0", "--endpoint", f"tcp://127.0.0.1:{plain.http_port}")
-        assert done.returncode == 3 and time.monotonic() - started < 8
-        assert done.stderr.endswith(f"answered in HTTP (the metrics port?), {where}\n")
-        m = re.search(r"controller on tcp://127\.0\.0\.1:(\d+)", "".join(plain.log))
-        assert m
-        started = time.monotonic()
-        done = _cli("segment", "info", "a/0", "--endpoint", f"tcp://127.0.0.1:{m.group(1)}")
-        assert done.returncode == 3 and time.monotonic() - started < 8
-        assert done.stderr.endswith(f"answered in HTTP/2 (the controller's port?), {where}\n")
-    finally:
-        plain.kill()
+    port = plain.port
+    done = _cli("segment", "info", "a/0", "--timeout", "2", "--endpoint", f"tls://127.0.0.1:{port}")
+    assert done.returncode == 3
+    assert done.stderr == (
+        f"segmentstore: could not connect to tls://127.0.0.1:{port}: the TLS handshake "
+        "failed (connection reset); a server without TLS takes tcp://\n"
+    )
+    where = "not Pravega's wire protocol: the segment store's wire port is another (default 12345)"
+    started = time.monotonic()  # another protocol is not a blip: no retries
+    done = _cli("segment", "info", "a/0", "--endpoint", f"tcp://127.0.0.1:{plain.http_port}")
+    assert done.returncode == 3 and time.monotonic() - started < 8
+    assert done.stderr.endswith(f"answered in HTTP (the metrics port?), {where}\n")
+    started = time.monotonic()
+    controller = _controller_of(plain).removeprefix("tcp://")
+    done = _cli("segment", "info", "a/0", "--endpoint", f"tcp://{controller}")
+    assert done.returncode == 3 and time.monotonic() - started < 8
+    assert done.stderr.endswith(f"answered in HTTP/2 (the controller's port?), {where}\n")
+
+
+def test_stream_list_without_a_scope_lists_every_scope(plain: ServerProcess) -> None:
+    """``segmentstore stream list`` (as ``kafka-topics --list``) was a usage error: "the
+    following arguments are required: scope". Without one it lists every scope's streams."""
+    with sync.connect(plain.endpoint, controller=_controller_of(plain)) as c:
+        for scope in ("first", "second"):
+            c.create_scope(scope, exist_ok=True)
+            c.create_stream(f"{scope}/s", 1, exist_ok=True)
+    args = ["--endpoint", plain.endpoint, "--controller", _controller_of(plain)]
+    done = _cli("stream", "list", *args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["first/s", "second/s"]
+    done = _cli("stream", "list", "second", *args)
+    assert done.stdout.splitlines() == ["second/s"]
