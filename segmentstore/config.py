@@ -8,6 +8,7 @@ faster modes must be asked for by name.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -184,7 +185,9 @@ def load_config(
         for key, raw in table.items():
             name = key.replace("-", "_")
             if name not in fields:
-                raise ConfigError(f"{path}: unknown setting {key!r}")
+                near = difflib.get_close_matches(name, fields, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ConfigError(f"{path}: unknown setting {key!r}{hint}")
             values[name] = _convert(fields[name], raw, str(path))
     for name, field in fields.items():
         env_name = ENV_PREFIX + name.upper()

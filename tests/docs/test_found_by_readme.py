@@ -511,3 +511,15 @@ def test_stream_list_without_a_scope_lists_every_scope(plain: ServerProcess) -> 
     assert done.stdout.splitlines() == ["first/s", "second/s"]
     done = _cli("stream", "list", "second", *args)
     assert done.stdout.splitlines() == ["second/s"]
+
+
+def test_misspelt_toml_key_gets_a_suggestion(tmp_path: Path) -> None:
+    """A config file with ``fsnyc = "never"`` stopped the server with "unknown setting
+    'fsnyc'" and left the user to find the right name among 50; now it names it."""
+    toml = tmp_path / "ss.toml"
+    toml.write_text('fsnyc = "never"\n')
+    with pytest.raises(ConfigError, match=r"unknown setting 'fsnyc' \(did you mean 'fsync'\?\)$"):
+        load_config({}, environ={}, toml_path=toml)
+    toml.write_text("zzz = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown setting 'zzz'$"):
+        load_config({}, environ={}, toml_path=toml)
