@@ -523,3 +523,26 @@ def test_misspelt_toml_key_gets_a_suggestion(tmp_path: Path) -> None:
     toml.write_text("zzz = 1\n")
     with pytest.raises(ConfigError, match=r"unknown setting 'zzz'$"):
         load_config({}, environ={}, toml_path=toml)
+
+
+def test_reader_group_start_must_be_head_tail_or_cuts(plain: ServerProcess) -> None:
+    """The Client section's ``reader_group(name, streams, "head")``: any other string
+    (``"earliest"``, as a Kafka user writes it, or ``"Head"``) was taken as the tail, so
+    the group silently skipped every event already in the stream. Now a ValueError."""
+    with sync.connect(plain.endpoint, controller=_controller_of(plain)) as c:
+        c.create_scope("rg", exist_ok=True)
+        c.create_stream("rg/s", 1, exist_ok=True)
+        with c.stream_writer("rg/s", writer_id="w") as w:
+            w.write(b"already there")
+        for bad in ("earliest", "Head"):
+            with pytest.raises(
+                ValueError, match=f"start must be 'head', 'tail' or stream cuts, not '{bad}'"
+            ):
+                c.reader_group(f"rg/g-{bad.lower()}", ["rg/s"], bad)  # type: ignore[arg-type]
+        group = c.reader_group("rg/g", ["rg/s"], "head")
+        with pytest.raises(ValueError, match="not 'latest'"):
+            group.reset("latest")  # type: ignore[arg-type]
+        reader = group.reader("r")
+        assert [e.data for e in reader.events(idle_timeout=1)] == [b"already there"]
+        reader.close()
+        group.delete()
