@@ -138,6 +138,15 @@ def _get_metrics(
         raise RuntimeError(f"{url}: HTTP {e.code}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
+        if isinstance(reason, ConnectionRefusedError):
+            # The guess (port 9091 on the endpoint's host) is wrong for a store started
+            # with another --http-port, or none.
+            reason = (
+                "connection refused (metrics on another --http-port? --metrics-url names "
+                "it, --no-metrics skips this check)"
+            )
+        elif isinstance(reason, OSError) and reason.strerror:
+            reason = reason.strerror
         raise RuntimeError(f"{url}: {reason}") from None
     lines = body.splitlines()
     series = sum(1 for line in lines if line.startswith("segmentstore_"))

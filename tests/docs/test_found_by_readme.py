@@ -546,3 +546,17 @@ def test_reader_group_start_must_be_head_tail_or_cuts(plain: ServerProcess) -> N
         assert [e.data for e in reader.events(idle_timeout=1)] == [b"already there"]
         reader.close()
         group.delete()
+
+
+def test_health_metrics_refused_says_what_to_do(plain: ServerProcess) -> None:
+    """``segmentstore health`` against a store whose metrics are not on port 9091 (or are
+    off) failed with "http://127.0.0.1:9091/metrics: [Errno 111] Connection refused"."""
+    url = f"http://127.0.0.1:{_free_port()}/metrics"
+    done = _cli("health", "--json", "--endpoint", plain.endpoint, "--metrics-url", url)
+    assert done.returncode == 1, done.stderr
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["hello"]["ok"] and checks["round trip"]["ok"], checks
+    assert checks["metrics"]["detail"] == (
+        f"{url}: connection refused (metrics on another --http-port? --metrics-url names it, "
+        "--no-metrics skips this check)"
+    )
