@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import segmentstore_client
 from security.certs import make_pki  # tests/security/certs.py
 from security.tokens import write_secret  # tests/security/tokens.py
 from segmentstore_client import sync
@@ -560,3 +561,20 @@ def test_health_metrics_refused_says_what_to_do(plain: ServerProcess) -> None:
         f"{url}: connection refused (metrics on another --http-port? --metrics-url names it, "
         "--no-metrics skips this check)"
     )
+
+
+def test_user_without_controller_uses_the_default_controller(secure: _Secure) -> None:
+    """``--user alice`` without ``--controller`` (whose help says it defaults to the
+    endpoint's host, port 9090) was "internal error: ValueError: refresh_token needs
+    credentials= and controller=" (exit 70): the SDK fetched tokens only from a controller
+    named outright, and its stream default said tcp:// for a tls:// store."""
+    done = _cli_as(
+        "alice", "alice-pw", "segment", "info", "app/x/0", "--tls-ca-file", secure.ca,
+        "--endpoint", f"tls://localhost:{secure.server.port}", "--timeout", "1",
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr  # the README's set-up has it on 9090; here not
+    assert done.stderr.startswith("segmentstore: cannot get a token from tls://localhost:9090: ")
+    client = segmentstore_client.connect("tls://h:1", credentials=("a", "b"))
+    assert client.options.controller == client.controller_uri == "tls://h:9090"
+    options = segmentstore_client.ConnectionOptions(controller="tcp://c:5")
+    assert segmentstore_client.connect("tcp://h:1", options=options).controller_uri == "tcp://c:5"

@@ -28,14 +28,18 @@ DEFAULT_CONTROLLER_PORT = 9090
 
 class StreamAdmin(AdminClient):
     """Scopes and streams, over the controller at ``controller`` (default: the segment
-    store's host, port 9090)."""
+    store's host, port 9090, with TLS when the endpoint is ``tls://``); delegation tokens
+    come from it too."""
 
     def __init__(
         self, endpoint: str | Endpoint, options: ConnectionOptions, controller: str = ""
     ) -> None:
         super().__init__(endpoint, options)
-        default = dataclasses.replace(self.endpoint, port=DEFAULT_CONTROLLER_PORT, tls=False)
-        self.controller_uri = controller or f"tcp://{default.netloc}"
+        # With TLS on, every port of the store speaks it: tls:// for a tls:// endpoint.
+        default = dataclasses.replace(self.endpoint, port=DEFAULT_CONTROLLER_PORT)
+        self.controller_uri = controller or options.controller or str(default)
+        if not options.controller:  # delegation tokens come from the same controller
+            self.options = dataclasses.replace(self.options, controller=self.controller_uri)
         self._controller_client: ControllerClient | None = None
         self._controller_closed = False
 
