@@ -86,6 +86,9 @@ class ServerConfig:
             raise ConfigError(
                 f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}"
             )
+        for name in ("host", "http_host"):  # "" would listen on every interface
+            if not getattr(self, name).strip():
+                raise ConfigError(f"{name} is empty (0.0.0.0 listens on every interface)")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} out of range")
         if not 0 <= self.advertised_port <= 65535:
@@ -155,6 +158,8 @@ def _convert(field: dataclasses.Field[Any], raw: Any, source: str) -> Any:
         if kind == "float":
             return float(raw)
         if kind == "Path":
+            if not str(raw).strip():  # Path("") is ".": the data would land in the cwd
+                raise ValueError("empty")
             return Path(str(raw)).expanduser()
         if field.name in ON_OFF and isinstance(raw, bool):  # TOML `direct_io = false`
             return "on" if raw else "off"

@@ -578,3 +578,19 @@ def test_user_without_controller_uses_the_default_controller(secure: _Secure) ->
     assert client.options.controller == client.controller_uri == "tls://h:9090"
     options = segmentstore_client.ConnectionOptions(controller="tcp://c:5")
     assert segmentstore_client.connect("tcp://h:1", options=options).controller_uri == "tcp://c:5"
+
+
+def test_empty_host_or_data_dir_is_refused() -> None:
+    """``SEGMENTSTORE_HOST=`` (an empty variable, as a compose file passing an unset one
+    makes it) was taken as host "", which listens on every interface instead of the
+    default 127.0.0.1; an empty data dir was ".". Both are one clear line now."""
+    for name in ("HOST", "HTTP_HOST"):
+        with pytest.raises(
+            ConfigError, match=r"is empty \(0\.0\.0\.0 listens on every interface\)"
+        ):
+            load_config({}, environ={f"SEGMENTSTORE_{name}": ""})
+    with pytest.raises(
+        ConfigError, match="SEGMENTSTORE_DATA_DIR: data_dir = '' is not a valid Path"
+    ):
+        load_config({}, environ={"SEGMENTSTORE_DATA_DIR": ""})
+    assert load_config({}, environ={"SEGMENTSTORE_HOST": "0.0.0.0"}).host == "0.0.0.0"
