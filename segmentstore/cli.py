@@ -62,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         help="always: ack after fsync (default, safe); interval/never: faster, may lose "
         "acknowledged appends on power loss",
     )
-    s.add_argument("--fsync-interval-ms", type=int, help="fsync period for --fsync interval")
+    s.add_argument(
+        "--fsync-interval-ms", type=int, help="fsync period for --fsync interval (default 100)"
+    )
     s.add_argument("--http-host", help="address of the /metrics endpoint (default 127.0.0.1)")
     s.add_argument(
         "--http-port", type=int, help="Prometheus /metrics port (default 9091; -1 disables)"

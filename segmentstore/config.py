@@ -8,6 +8,7 @@ faster modes must be asked for by name.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -17,6 +18,8 @@ from typing import Any
 
 ENV_PREFIX = "SEGMENTSTORE_"
 FSYNC_MODES = ("always", "interval", "never")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+ON_OFF = ("direct_io", "auth", "http_auth")  # "on" or "off"; TOML true and false too
 
 
 class ConfigError(ValueError):
@@ -77,6 +80,15 @@ class ServerConfig:
     def validate(self) -> ServerConfig:
         if self.fsync not in FSYNC_MODES:
             raise ConfigError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {self.fsync!r}")
+        if self.fsync_interval_ms < 1:  # 0 or less: the log thread would fsync in a busy loop
+            raise ConfigError(f"fsync_interval_ms must be at least 1, not {self.fsync_interval_ms}")
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ConfigError(
+                f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}"
+            )
+        for name in ("host", "http_host"):  # "" would listen on every interface
+            if not getattr(self, name).strip():
+                raise ConfigError(f"{name} is empty (0.0.0.0 listens on every interface)")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} out of range")
         if not 0 <= self.advertised_port <= 65535:
@@ -146,7 +158,11 @@ def _convert(field: dataclasses.Field[Any], raw: Any, source: str) -> Any:
         if kind == "float":
             return float(raw)
         if kind == "Path":
+            if not str(raw).strip():  # Path("") is ".": the data would land in the cwd
+                raise ValueError("empty")
             return Path(str(raw)).expanduser()
+        if field.name in ON_OFF and isinstance(raw, bool):  # TOML `direct_io = false`
+            return "on" if raw else "off"
         return str(raw)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{source}: {field.name} = {raw!r} is not a valid {kind}") from e
@@ -174,7 +190,9 @@ def load_config(
         for key, raw in table.items():
             name = key.replace("-", "_")
             if name not in fields:
-                raise ConfigError(f"{path}: unknown setting {key!r}")
+                near = difflib.get_close_matches(name, fields, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ConfigError(f"{path}: unknown setting {key!r}{hint}")
             values[name] = _convert(fields[name], raw, str(path))
     for name, field in fields.items():
         env_name = ENV_PREFIX + name.upper()

@@ -99,7 +99,7 @@ async def fetch_token(
         raise ConnectFailed(f"fetching a token needs grpcio: {e}") from e
     endpoint = connection.Endpoint.parse(controller)
     options = options or connection.ConnectionOptions()
-    target = f"{endpoint.host}:{endpoint.port}"
+    target = endpoint.netloc
     if endpoint.tls:
         try:
             root = Path(options.tls_ca_file).read_bytes() if options.tls_ca_file else None
@@ -124,7 +124,10 @@ async def fetch_token(
         code = e.code()
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             raise AuthenticationFailed(f"the controller refused: {e.details()}", "") from None
-        raise ConnectFailed(f"cannot get a token from {endpoint}: {e.details()}") from None
+        why = e.details()
+        if "Connection refused" in why:  # gRPC's "failed to connect to all addresses; ..."
+            why = "connection refused (is a controller listening there? --controller names it)"
+        raise ConnectFailed(f"cannot get a token from {endpoint}: {why}") from None
     finally:
         await channel.close()
     return decode_delegation_token(reply)

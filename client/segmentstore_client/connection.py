@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import socket
 import ssl
 import time
@@ -88,8 +89,14 @@ class Endpoint:
             raise ValueError(f"no host in endpoint {uri!r}")
         return cls(parts.hostname, parts.port or DEFAULT_PORT, parts.scheme in TLS_SCHEMES)
 
+    @property
+    def netloc(self) -> str:
+        """``host:port``, an IPv6 host in brackets (``[::1]:12345``), as URIs and gRPC
+        targets write it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
     def __str__(self) -> str:
-        return f"{'tls' if self.tls else 'tcp'}://{self.host}:{self.port}"
+        return f"{'tls' if self.tls else 'tcp'}://{self.netloc}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +209,13 @@ class Connection(asyncio.Protocol):
         try:
             commands = self._decoder.feed(data)
         except RemoteProtocolError as e:
-            self._fail(ConnectionLost(f"{self.endpoint} sent an invalid frame: {e}"))
+            what = _foreign_protocol(data) if self._rx_count == 1 else None
+            if what is None:
+                self._fail(ConnectionLost(f"{self.endpoint} sent an invalid frame: {e}"))
+                return
+            lost = ConnectFailed(f"{self.endpoint} {what}")
+            lost.refused = True  # another protocol's port: trying again will not change it
+            self._fail(lost)
             return
         dispatch = self._dispatch
         for cmd in commands:
@@ -415,8 +428,8 @@ class Connection(asyncio.Protocol):
 
         Example: ``await conn.handshake(10.0)`` (``open_connection`` does it)
         """
-        self.send(Hello(WIRE_VERSION, OLDEST_COMPATIBLE_VERSION))
         try:
+            self.send(Hello(WIRE_VERSION, OLDEST_COMPATIBLE_VERSION))
             hello = await asyncio.wait_for(asyncio.shield(self._hello), timeout)
         except TimeoutError:
             self.close()
@@ -424,7 +437,14 @@ class Connection(asyncio.Protocol):
                 f"{self.endpoint} did not answer Hello within {timeout:g}s"
             ) from None
         except ConnectionLost as e:
-            raise ConnectFailed(f"{self.endpoint} closed the connection during Hello: {e}") from e
+            why = str(e).removeprefix(f"{self.endpoint} ")
+            if why == "closed the connection" and not self.endpoint.tls:
+                why += " during Hello (a server with TLS on takes tls://)"
+            elif why == "closed the connection":
+                why += " during Hello"
+            error = ConnectFailed(f"{self.endpoint} {why}")
+            error.refused = isinstance(e, ConnectFailed) and e.refused
+            raise error from e
         if hello.low_version > WIRE_VERSION or hello.high_version < OLDEST_COMPATIBLE_VERSION:
             self.close()
             raise IncompatibleServer(
@@ -525,6 +545,34 @@ class Connection(asyncio.Protocol):
             self._closed_fut.set_result(None)
 
 
+def _foreign_protocol(first: bytes) -> str | None:
+    """What the first bytes from a peer say it speaks, when not Pravega's wire protocol:
+    an endpoint given the metrics port (HTTP/1) or the controller's (gRPC's HTTP/2 opens
+    with a SETTINGS frame: a 3-byte length, then type 4)."""
+    where = f"the segment store's wire port is another (default {DEFAULT_PORT})"
+    if first.startswith(b"HTTP/"):
+        return f"answered in HTTP (the metrics port?), not Pravega's wire protocol: {where}"
+    if len(first) >= 9 and first[3] == 4 and first[0] == 0:
+        return f"answered in HTTP/2 (the controller's port?), not Pravega's wire protocol: {where}"
+    return None
+
+
+def _connect_why(e: OSError, endpoint: Endpoint) -> str:
+    """The reason a connect failed in a few words: asyncio says "[Errno 111] Connect call
+    failed ('127.0.0.1', 1)" and uvloop "[Errno 111] Connection refused" for one cause;
+    a plain server resets a TLS handshake with a ConnectionResetError that has no text."""
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused (is a segment store listening there?)"
+    if endpoint.tls and isinstance(e, ConnectionResetError | ssl.SSLEOFError):
+        why = "connection reset" if isinstance(e, ConnectionResetError) else "cut short"
+        return f"the TLS handshake failed ({why}); a server without TLS takes tcp://"
+    if isinstance(e, socket.gaierror) and e.strerror:
+        return e.strerror.lower()  # "name or service not known"
+    if isinstance(e.errno, int) and e.errno > 0 and not isinstance(e, ssl.SSLError):
+        return os.strerror(e.errno).lower()
+    return str(e) or type(e).__name__
+
+
 async def open_connection(
     endpoint: Endpoint, options: ConnectionOptions | None = None
 ) -> Connection:
@@ -553,7 +601,7 @@ async def open_connection(
             f"could not connect to {endpoint} within {options.connect_timeout:g}s"
         ) from None
     except OSError as e:
-        error = ConnectFailed(f"could not connect to {endpoint}: {e}")
+        error = ConnectFailed(f"could not connect to {endpoint}: {_connect_why(e, endpoint)}")
         # Nothing listens there, or the name does not resolve: not a passing blip.
         # A certificate that fails verification will fail the same way next time.
         error.refused = isinstance(

@@ -66,7 +66,8 @@ class ConnectFailed(ConnectionLost):
     """No connection could be opened to the server within the connect timeout.
 
     Retrying helps once the server is reachable again. ``refused`` says the last attempt
-    was refused outright (nothing listens at the address, or its name does not resolve):
+    was refused outright (nothing listens at the address, its name does not resolve, or
+    what answers speaks another protocol, such as HTTP on the metrics port):
     a client that never reached the server raises that at once instead of retrying.
     """
 

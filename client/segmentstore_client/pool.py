@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import random
 from collections.abc import Awaitable
@@ -36,6 +37,8 @@ async def within(timeout: float | None, aw: Awaitable[T]) -> T:
     if timeout is None:
         return await aw
     if timeout < 0:
+        if inspect.iscoroutine(aw):
+            aw.close()  # never awaited: else "coroutine ... was never awaited" at exit
         raise ValueError("timeout must not be negative")
     bound = asyncio.timeout(timeout)
     try:

@@ -162,10 +162,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, auth: ControllerAuth) -> None:
         self.auth = auth
 
-        async def deny(request: Any, context: Any) -> None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "authentication required")
+        def denial(why: str) -> Any:
+            async def deny(request: Any, context: Any) -> None:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
 
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+            return grpc.unary_unary_rpc_method_handler(deny)
+
+        self._deny = denial("authentication required")
+        # Credentials given but not accepted: say so, not which part was wrong.
+        self._deny_bad = denial("wrong user name, password or token")
 
     async def intercept_service(
         self,
@@ -175,7 +180,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         header = header_of(handler_call_details.invocation_metadata)
         user = await self.auth.authenticate(header)
         if user is None:
-            return self._deny
+            return self._deny_bad if header else self._deny
         handler = await continuation(handler_call_details)
         method = str(handler_call_details.method).rsplit("/", 1)[-1]
         if handler is None or handler.unary_unary is None or method in UNCHECKED:

@@ -177,12 +177,18 @@ GLOBAL_OPTIONS: Final[tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...]] =
     (
         ("--user",),
         "user",
-        {"help": f"authenticate as USER; the password comes from ${PASSWORD_ENV} or a prompt"},
+        {
+            "metavar": "USER",  # else the top-level copy shows its dest, TOP_USER
+            "help": f"authenticate as USER; the password comes from ${PASSWORD_ENV} or a prompt",
+        },
     ),
     (
         ("--token",),
         "token",
-        {"help": f"authenticate with this static token (default ${TOKEN_ENV})"},
+        {
+            "metavar": "TOKEN",
+            "help": f"authenticate with this static token (default ${TOKEN_ENV})",
+        },
     ),
     (
         ("-q", "--quiet"),
@@ -344,7 +350,25 @@ def parsed_endpoint(args: argparse.Namespace) -> sc.Endpoint:
 
 def credentials(args: argparse.Namespace) -> tuple[str, str] | str | None:
     """``--user`` (password from $SEGMENTSTORE_PASSWORD, else a prompt on a terminal) or
-    ``--token`` / $SEGMENTSTORE_TOKEN; None without either."""
+    ``--token`` / $SEGMENTSTORE_TOKEN; None without either. Asked once per command."""
+    if hasattr(args, "credentials_"):
+        known: tuple[str, str] | str | None = args.credentials_
+        return known
+    args.credentials_ = _credentials(args)
+    return credentials(args)
+
+
+def tls_ca_file(args: argparse.Namespace) -> str:
+    """``--tls-ca-file`` or $SEGMENTSTORE_TLS_CA_FILE; "" for the system's trust store."""
+    return str(getattr(args, "tls_ca_file", None) or os.environ.get(TLS_CA_ENV, ""))
+
+
+def _has_credentials(args: argparse.Namespace) -> bool:
+    given = getattr(args, "user", None) or getattr(args, "token", None)
+    return bool(given or os.environ.get(TOKEN_ENV))
+
+
+def _credentials(args: argparse.Namespace) -> tuple[str, str] | str | None:
     user = getattr(args, "user", None)
     token = getattr(args, "token", None)
     if user is not None and token is not None:
@@ -373,7 +397,7 @@ def connect(args: argparse.Namespace, *, reconnect_for: float = 0.0) -> sc.Clien
         keepalive_interval=max(t, 1.0),
         controller=controller(args),
         credentials=credentials(args),
-        tls_ca_file=str(getattr(args, "tls_ca_file", None) or os.environ.get(TLS_CA_ENV, "")),
+        tls_ca_file=tls_ca_file(args),
     )
 
 
@@ -416,6 +440,8 @@ def run(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
         message = one_line(e)
         if code == Exit.INTERNAL:
             message = f"internal error: {message} (run with --debug for the traceback)"
+        elif code == Exit.AUTH and not _has_credentials(args):
+            message += f" (authenticate with --user and ${PASSWORD_ENV}, or --token)"
         prog = getattr(args, "prog_", "segmentstore")
         print(f"{prog}: {printable(message)}", file=sys.stderr)
         return code

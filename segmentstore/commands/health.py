@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import dataclasses
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +27,17 @@ from typing import Any, Final
 
 import segmentstore_client as sc
 
-from ._cli import Exit, add_global_options, connect, examples, parsed_endpoint, run, timeout
+from ._cli import (
+    Exit,
+    add_global_options,
+    connect,
+    credentials,
+    examples,
+    parsed_endpoint,
+    run,
+    timeout,
+    tls_ca_file,
+)
 from ._render import aligned
 
 METRICS_ENV: Final = "SEGMENTSTORE_METRICS_URL"
@@ -52,7 +65,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--metrics-url",
         help=f"the store's metrics URL (default ${METRICS_ENV} or http://<endpoint "
-        f"host>:{DEFAULT_METRICS_PORT}/metrics)",
+        f"host>:{DEFAULT_METRICS_PORT}/metrics, https for a tls:// endpoint; --tls-ca-file, "
+        "--user and --token apply to it too)",
     )
     p.add_argument("--no-metrics", action="store_true", help="skip the metrics check")
     p.add_argument("--json", action="store_true", help="one JSON object with every check")
@@ -72,8 +86,9 @@ def metrics_url(args: argparse.Namespace) -> str:
         return str(args.metrics_url)
     if os.environ.get(METRICS_ENV):
         return os.environ[METRICS_ENV]
-    host = parsed_endpoint(args).host
-    return f"http://{host}:{DEFAULT_METRICS_PORT}/metrics"
+    endpoint = parsed_endpoint(args)
+    scheme = "https" if endpoint.tls else "http"  # with TLS on, every port speaks it
+    return f"{scheme}://{dataclasses.replace(endpoint, port=DEFAULT_METRICS_PORT).netloc}/metrics"
 
 
 async def _timed(name: str, step: Awaitable[str], limit: float) -> Check:
@@ -102,14 +117,36 @@ async def _round_trip(client: sc.Client) -> str:
     return f"created, wrote, read back and deleted {name}"
 
 
-def _get_metrics(url: str, limit: float) -> str:
+def _get_metrics(
+    url: str, limit: float, ca_file: str = "", creds: tuple[str, str] | str | None = None
+) -> str:
+    # The wire port's CA and credentials: with TLS on the HTTP port serves the same
+    # certificate, and with --http-auth on it takes the same users and tokens.
+    request = urllib.request.Request(url)
+    if isinstance(creds, tuple):
+        basic = base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {basic}")
+    elif creds:
+        request.add_header("Authorization", f"Bearer {creds}")
+    context = (
+        ssl.create_default_context(cafile=ca_file or None) if url.startswith("https:") else None
+    )
     try:
-        with urllib.request.urlopen(url, timeout=limit) as reply:
+        with urllib.request.urlopen(request, timeout=limit, context=context) as reply:
             body = reply.read(16 << 20).decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         raise RuntimeError(f"{url}: HTTP {e.code}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
+        if isinstance(reason, ConnectionRefusedError):
+            # The guess (port 9091 on the endpoint's host) is wrong for a store started
+            # with another --http-port, or none.
+            reason = (
+                "connection refused (metrics on another --http-port? --metrics-url names "
+                "it, --no-metrics skips this check)"
+            )
+        elif isinstance(reason, OSError) and reason.strerror:
+            reason = reason.strerror
         raise RuntimeError(f"{url}: {reason}") from None
     lines = body.splitlines()
     series = sum(1 for line in lines if line.startswith("segmentstore_"))
@@ -140,7 +177,7 @@ async def _checks(args: argparse.Namespace) -> list[Check]:
         await client.close()
     if not args.no_metrics:
         url = metrics_url(args)
-        step = asyncio.to_thread(_get_metrics, url, limit)
+        step = asyncio.to_thread(_get_metrics, url, limit, tls_ca_file(args), credentials(args))
         checks.append(await _timed("metrics", step, limit + 1))
     return checks
 

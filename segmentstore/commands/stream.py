@@ -12,11 +12,13 @@ A missing scope or stream exits 4, an existing one 5, an unreachable controller 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Any
 
 from segmentstore_client.streams import (
     KeyRange,
+    NoSuchStream,
     RetentionPolicy,
     ScalingPolicy,
     StreamInfo,
@@ -111,13 +113,18 @@ def add_parser(subparsers: Any) -> None:
     ls = add_leaf(
         sub,
         "list",
-        "names of a scope's streams",
-        "List the streams of a scope, one scope/stream per line (or JSON lines).",
-        ("segmentstore stream list shop", "segmentstore stream list shop --json"),
+        "names of a scope's streams (or every scope's)",
+        "List the streams of a scope, or of every scope without one, one scope/stream per "
+        "line (or JSON lines).",
+        (
+            "segmentstore stream list shop",
+            "segmentstore stream list",
+            "segmentstore stream list shop --json",
+        ),
         func=stream_command(_list),
         flags=(json_lines("stream"),),
     )
-    ls.add_argument("scope")
+    ls.add_argument("scope", nargs="?", help="the scope (default: every scope)")
 
     s = add_leaf(
         sub,
@@ -302,7 +309,13 @@ async def _info(args: argparse.Namespace) -> int:
 
 async def _list(args: argparse.Namespace) -> int:
     async with stream_connect(args) as client:
-        streams = await client.list_streams(args.scope)
+        if args.scope is not None:
+            streams = await client.list_streams(args.scope)
+        else:  # as `kafka-topics --list`: everything, scope by scope
+            streams = []
+            for scope in await client.list_scopes():
+                with contextlib.suppress(NoSuchStream):  # a scope deleted since it was listed
+                    streams += await client.list_streams(scope)
     for name in streams:
         print(json.dumps({"stream": name}) if args.json else printable(name))
     return Exit.OK

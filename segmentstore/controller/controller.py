@@ -81,7 +81,8 @@ class Controller:
         ctl = cls(md, streams, txns, settings)
         interceptors = [DecodeGuard(), *([] if auth is None else [AuthInterceptor(auth)])]
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
-        address = f"{settings.host}:{settings.port}"
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host  # IPv6
+        address = f"{host}:{settings.port}"
         try:
             if tls_credentials is not None:
                 port = server.add_secure_port(address, tls_credentials)

@@ -14,6 +14,7 @@ their acknowledgements, closes connections, and closes the store.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -125,7 +126,10 @@ class Server:
         except StorageError:
             raise  # a refusal to open damaged data: cli.py prints it and exits EXIT_STORAGE
         except OSError as e:
-            raise StartupError(f"cannot open the data dir {config.data_dir}: {_why(e)}") from e
+            why = _why(e)
+            if isinstance(e, FileExistsError) and not config.data_dir.is_dir():
+                why = "it is a file, not a directory"  # mkdir's "file exists" hides that
+            raise StartupError(f"cannot open the data dir {config.data_dir}: {why}") from e
         tables = await TableStore.open(store)
         await _drop_orphaned_transients(store)
         metrics.recovery_seconds = time.perf_counter() - started
@@ -167,7 +171,8 @@ class Server:
                     probe.bind((c.host, c.controller_port))
             except OSError as e:
                 raise StartupError(
-                    f"cannot listen on {c.host}:{c.controller_port} for the controller: {_why(e)}"
+                    f"cannot listen on {host_port(c.host, c.controller_port)} for the controller: "
+                    + _bind_why(e, "--controller-port")
                 ) from e
         try:
             from ..controller.controller import Controller, ControllerSettings
@@ -232,7 +237,9 @@ class Server:
                 ssl_handshake_timeout=c.hello_timeout_s if self.tls else None,
             )  # fmt: skip
         except OSError as e:
-            raise StartupError(f"cannot listen on {c.host}:{c.port}: {_why(e)}") from e
+            raise StartupError(
+                f"cannot listen on {host_port(c.host, c.port)}: {_bind_why(e, '--port')}"
+            ) from e
         sock = self._listener.sockets[0].getsockname()
         self.address = (sock[0], sock[1])
         if c.http_port >= 0:
@@ -244,9 +251,9 @@ class Server:
                 )
             except OSError as e:
                 self._listener.close()
-                why = _why(e)
+                why = _bind_why(e, "--http-port")
                 raise StartupError(
-                    f"cannot serve metrics on {c.http_host}:{c.http_port}: {why}"
+                    f"cannot serve metrics on {host_port(c.http_host, c.http_port)}: {why}"
                 ) from e
             self.metrics_port = self._metrics_server.port
 
@@ -311,21 +318,22 @@ class Server:
         task.add_done_callback(self._background.discard)
 
     def ready_line(self) -> str:
-        host, port = self.address
+        c = self.config
         metrics = (
-            f"metrics on http{'s' if self.tls else ''}://{self.config.http_host}:"
-            f"{self.metrics_port}/metrics"
+            f"metrics on http{'s' if self.tls else ''}://"
+            f"{host_port(c.http_host, self.metrics_port)}/metrics"
             if self.metrics_port is not None
             else "metrics disabled"
         )
         controller = (
-            f"controller on {'tls' if self.tls else 'tcp'}://{self.config.host}:"
-            f"{self.controller.port}"
+            f"controller on {'tls' if self.tls else 'tcp'}://"
+            f"{host_port(c.host, self.controller.port)}"
             if self.controller is not None
             else "controller disabled"
         )
         return (
-            f"segmentstore ready: listening on {host}:{port}, {metrics}, {controller}, "
+            f"segmentstore ready: listening on {host_port(*self.address)}, {metrics}, "
+            f"{controller}, "
             f"fsync={self.config.fsync}, data dir {self.config.data_dir.resolve()}, "
             f"recovery {self.ctx.metrics.recovery_seconds:.3f}s"
         )
@@ -394,6 +402,22 @@ def _why(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower() + (f" ({e.filename})" if e.filename else "")
     return str(e)
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as a URI writes it: an IPv6 address in brackets (``[::1]:12345``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind_why(e: OSError, flag: str) -> str:
+    """Why a port could not be bound, with the way out when it is taken. asyncio words a
+    bind error as "error while attempting to bind on address (...): ..."; the errno says
+    the same in fewer words."""
+    if e.errno == errno.EADDRINUSE:
+        return f"address already in use (another server? {flag} picks another port, 0 any free one)"
+    if e.errno is not None and e.strerror and e.strerror.startswith("error while attempting"):
+        return os.strerror(e.errno).lower()
+    return _why(e)
 
 
 async def run(config: ServerConfig) -> None:

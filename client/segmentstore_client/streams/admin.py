@@ -9,6 +9,7 @@ also asks the segment store for each segment's length and event count. Names are
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -27,13 +28,18 @@ DEFAULT_CONTROLLER_PORT = 9090
 
 class StreamAdmin(AdminClient):
     """Scopes and streams, over the controller at ``controller`` (default: the segment
-    store's host, port 9090)."""
+    store's host, port 9090, with TLS when the endpoint is ``tls://``); delegation tokens
+    come from it too."""
 
     def __init__(
         self, endpoint: str | Endpoint, options: ConnectionOptions, controller: str = ""
     ) -> None:
         super().__init__(endpoint, options)
-        self.controller_uri = controller or f"tcp://{self.endpoint.host}:{DEFAULT_CONTROLLER_PORT}"
+        # With TLS on, every port of the store speaks it: tls:// for a tls:// endpoint.
+        default = dataclasses.replace(self.endpoint, port=DEFAULT_CONTROLLER_PORT)
+        self.controller_uri = controller or options.controller or str(default)
+        if not options.controller:  # delegation tokens come from the same controller
+            self.options = dataclasses.replace(self.options, controller=self.controller_uri)
         self._controller_client: ControllerClient | None = None
         self._controller_closed = False
 

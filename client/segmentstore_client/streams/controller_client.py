@@ -137,7 +137,7 @@ class ControllerClient:
         if self._stub is None:
             grpc, pb, pb_grpc = _modules()
             endpoint = Endpoint.parse(self.uri)
-            target = f"{endpoint.host}:{endpoint.port}"
+            target = endpoint.netloc
             self._grpc, self.pb = grpc, pb
             if endpoint.tls:
                 try:
@@ -193,7 +193,10 @@ class ControllerClient:
         if code == self._grpc.StatusCode.DEADLINE_EXCEEDED:
             return Timeout(f"controller {self.uri}: {method} timed out")
         if code == self._grpc.StatusCode.UNAVAILABLE:
-            return ConnectFailed(f"controller {self.uri} unreachable ({method}): {e.details()}")
+            why = e.details()
+            if "Connection refused" in why:  # gRPC's "failed to connect to all addresses; ..."
+                why = "connection refused (is a controller listening there?)"
+            return ConnectFailed(f"controller {self.uri} unreachable ({method}): {why}")
         if code in (
             self._grpc.StatusCode.UNAUTHENTICATED,
             self._grpc.StatusCode.PERMISSION_DENIED,

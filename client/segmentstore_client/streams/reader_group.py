@@ -81,7 +81,7 @@ class ReaderGroup:
         for s in self.streams:
             split_stream(s)
         self._client = client
-        self._start = start
+        self._start = _checked_start(start)
         self.reader_timeout = reader_timeout
         self.sync_interval = sync_interval
         self.table: Table = client.table(f"{self.scope}/_tables/rg.{self.name}")
@@ -209,8 +209,19 @@ class ReaderGroup:
     async def reset(self, start: Literal["head", "tail"] | StreamCut | Iterable[StreamCut]) -> None:
         """Start the group again from ``start`` (e.g. a checkpoint's cuts); readers drop
         their segments at their next sync."""
-        positions = await self._start_positions(start)
+        positions = await self._start_positions(_checked_start(start))
         await self.update(lambda st: gs.reset(st, positions))
+
+
+def _checked_start(
+    start: Literal["head", "tail"] | StreamCut | Iterable[StreamCut],
+) -> Literal["head", "tail"] | StreamCut | Iterable[StreamCut]:
+    """``start`` as given, unless it is a string other than "head" or "tail": any other
+    string (Kafka's "earliest", say) used to mean the tail, so the group skipped every
+    event already written."""
+    if isinstance(start, str) and start not in ("head", "tail"):
+        raise ValueError(f"start must be 'head', 'tail' or stream cuts, not {start!r}")
+    return start
 
 
 class GroupReader:
