@@ -257,14 +257,22 @@ def wrapped(block: Block, code: str, endpoint: str, controller: str) -> str:
 
 
 def run_python(block: Block, code: str, cwd: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-W", "error::RuntimeWarning", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=clean_env(),
-    )
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-W", "error::RuntimeWarning", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=cwd,
+            env=clean_env(),
+        )
+
+    proc = run()
+    if proc.returncode == -signal.SIGSEGV and "pravega_client" in code:
+        # The official client (pravega 0.3.x, Rust) dies with SIGSEGV at interpreter exit
+        # now and then, after its work is done (README Streams). Its own crash, not ours:
+        # the block runs once more, and a crash that repeats still fails.
+        proc = run()
     assert proc.returncode == 0, f"{block.where()} failed:\n{proc.stderr[-3000:]}"
     assert proc.stderr == "", f"{block.where()} wrote to stderr:\n{proc.stderr[-3000:]}"
 
