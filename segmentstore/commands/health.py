@@ -3,8 +3,9 @@ Dockerfile's HEALTHCHECK) and load balancers.
 
 Three checks, each bounded by ``--timeout``: the Hello exchange; a round trip on a fresh
 scratch segment (create, append one event, read it back equal, delete); and the
-Prometheus ``/metrics`` endpoint answering 200 with segmentstore metrics and no container
-stopped by an internal error (``segmentstore_containers_stopped`` 0). Exit code 0
+Prometheus ``/metrics`` endpoint answering 200 with segmentstore metrics, counting the
+round trip's create (so the page is this store's, not another one's on the guessed port)
+and no container stopped by an internal error (``segmentstore_containers_stopped`` 0). Exit code 0
 when all pass, 1 otherwise; a line per check for people, or one JSON object.
 """
 
@@ -44,6 +45,8 @@ METRICS_ENV: Final = "SEGMENTSTORE_METRICS_URL"
 DEFAULT_METRICS_PORT: Final = 9091
 # Containers an internal error stopped (storage/commit.py's fail-stop): > 0 is unhealthy.
 STOPPED_GAUGE: Final = "segmentstore_containers_stopped"
+# The round trip's create shows here on its store's page (and not on another store's).
+CREATES: Final = 'segmentstore_requests_total{command="CreateSegment"}'
 
 
 def add_parser(subparsers: Any) -> None:
@@ -117,9 +120,10 @@ async def _round_trip(client: sc.Client) -> str:
     return f"created, wrote, read back and deleted {name}"
 
 
-def _get_metrics(
+def _fetch_metrics(
     url: str, limit: float, ca_file: str = "", creds: tuple[str, str] | str | None = None
 ) -> str:
+    """The metrics page's text; RuntimeError with one line when it cannot be had."""
     # The wire port's CA and credentials: with TLS on the HTTP port serves the same
     # certificate, and with --http-auth on it takes the same users and tokens.
     request = urllib.request.Request(url)
@@ -133,7 +137,7 @@ def _get_metrics(
     )
     try:
         with urllib.request.urlopen(request, timeout=limit, context=context) as reply:
-            body = reply.read(16 << 20).decode("utf-8", "replace")
+            body: str = reply.read(16 << 20).decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         raise RuntimeError(f"{url}: HTTP {e.code}") from None
     except (urllib.error.URLError, OSError) as e:
@@ -148,6 +152,43 @@ def _get_metrics(
         elif isinstance(reason, OSError) and reason.strerror:
             reason = reason.strerror
         raise RuntimeError(f"{url}: {reason}") from None
+    return body
+
+
+def _creates(body: str) -> float:
+    """The page's count of CreateSegment requests (no line: none yet)."""
+    for line in body.splitlines():
+        name, _, value = line.partition(" ")
+        if name == CREATES:
+            try:
+                return float(value)
+            except ValueError:
+                break
+    return 0.0
+
+
+def _creates_now(
+    url: str, limit: float, ca_file: str = "", creds: tuple[str, str] | str | None = None
+) -> float | None:
+    """Before the round trip: how many creates the page counts (None if it cannot say;
+    the metrics check reports why)."""
+    try:
+        return _creates(_fetch_metrics(url, limit, ca_file, creds))
+    except RuntimeError:
+        return None
+
+
+def _get_metrics(
+    url: str,
+    limit: float,
+    ca_file: str = "",
+    creds: tuple[str, str] | str | None = None,
+    creates_before: float | None = None,
+) -> str:
+    """The metrics check. ``creates_before``: the page's CreateSegment count before this
+    check's round trip created its scratch segment; the page must count that create, or it
+    is another server's (a second store on the guessed port 9091, say)."""
+    body = _fetch_metrics(url, limit, ca_file, creds)
     lines = body.splitlines()
     series = sum(1 for line in lines if line.startswith("segmentstore_"))
     if not series:
@@ -159,12 +200,23 @@ def _get_metrics(
                 f"{url}: {value.strip()} container(s) stopped after an internal error; "
                 "restart the server (its /healthz names them)"
             )
+    if creates_before is not None and _creates(body) < creates_before + 1:
+        raise RuntimeError(
+            f"{url}: these metrics did not count this check's scratch segment, so they "
+            "are another server's (--metrics-url names this one's, --no-metrics skips "
+            "this check)"
+        )
     return f"{url}: {series} segmentstore series"
 
 
 async def _checks(args: argparse.Namespace) -> list[Check]:
     limit = timeout(args)
     checks: list[Check] = []
+    url = "" if args.no_metrics else metrics_url(args)
+    auth = (tls_ca_file(args), credentials(args))
+    creates_before = None
+    if url:
+        creates_before = await asyncio.to_thread(_creates_now, url, limit, *auth)
     client = connect(args)
     try:
         hello = await _timed("hello", _open(client), limit)
@@ -175,9 +227,10 @@ async def _checks(args: argparse.Namespace) -> list[Check]:
             checks.append(Check("round trip", False, None, "skipped: no connection"))
     finally:
         await client.close()
-    if not args.no_metrics:
-        url = metrics_url(args)
-        step = asyncio.to_thread(_get_metrics, url, limit, tls_ca_file(args), credentials(args))
+    if url:
+        if not checks[-1].ok:
+            creates_before = None  # nothing of ours to find on the page
+        step = asyncio.to_thread(_get_metrics, url, limit, *auth, creates_before)
         checks.append(await _timed("metrics", step, limit + 1))
     return checks
 

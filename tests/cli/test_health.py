@@ -13,7 +13,7 @@ from .conftest import run_cli
 from .test_segment import mute_server
 
 if TYPE_CHECKING:
-    from conftest import ServerProcess  # tests/conftest.py
+    from conftest import ServerFactory, ServerProcess  # tests/conftest.py
 
 
 def _free_port() -> int:
@@ -34,23 +34,38 @@ def test_health_of_a_serving_store(module_server: ServerProcess) -> None:
     ]
     assert out[-1] == "healthy"
     # Without --metrics-url the check asks the endpoint's host on 9091, which is not this
-    # server's: it fails, unless another server on this machine has that port.
+    # server's: refused, or (another server on this machine having that port) a page that
+    # did not count this check's scratch segment.
     r = run_cli("health", "--json", endpoint=module_server.endpoint)
+    assert r.returncode == 1
     report = json.loads(r.stdout)
-    assert report["checks"][2]["detail"].startswith("http://127.0.0.1:9091/metrics")
-    if _port_free(9091):
-        assert r.returncode == 1
-        assert report["healthy"] is False
-        assert [(c["name"], c["ok"]) for c in report["checks"]] == [
-            ("hello", True),
-            ("round trip", True),
-            ("metrics", False),
-        ]
+    assert report["healthy"] is False
+    assert [(c["name"], c["ok"]) for c in report["checks"]] == [
+        ("hello", True),
+        ("round trip", True),
+        ("metrics", False),
+    ]
+    assert report["checks"][2]["detail"].startswith("http://127.0.0.1:9091/metrics: ")
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+def test_health_refuses_another_servers_metrics(
+    module_server: ServerProcess, server_factory: ServerFactory
+) -> None:
+    """A page that did not count the round trip's create is another store's: the check
+    fails naming --metrics-url, instead of reporting that store's health as this one's."""
+    other = server_factory()
+    other.start()
+    theirs = f"http://127.0.0.1:{other.http_port}/metrics"
+    r = run_cli("health", "--json", "--metrics-url", theirs, endpoint=module_server.endpoint)
+    assert r.returncode == 1, r.stdout
+    check = json.loads(r.stdout)["checks"][2]
+    assert check["name"] == "metrics" and not check["ok"]
+    assert check["detail"] == (
+        f"{theirs}: these metrics did not count this check's scratch segment, so they are "
+        "another server's (--metrics-url names this one's, --no-metrics skips this check)"
+    )
+    r = run_cli("health", "--metrics-url", theirs, endpoint=other.endpoint)
+    assert r.returncode == 0, r.stdout  # the same page is right for its own store
 
 
 def test_health_fails_fast_on_a_dead_or_mute_store() -> None:
