@@ -36,7 +36,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from segmentstore_client.controller_proto import controller_pb2 as pb
 
 from segmentstore.controller import streams as streams_module
@@ -481,7 +481,8 @@ class ControllerMachine(RuleBasedStateMachine):
             t.written = n
         self.txns.append(t)
 
-    @precondition(lambda self: bool(self.txns))
+    # No preconditions on the model's state: a kill -9 in the middle of a request leaves
+    # it done or not at random, and hypothesis needs the same draws when it replays a case.
     @rule(pick=st.integers(0, 20))
     def commit_txn(self, pick: int) -> None:
         if not self.txns:
@@ -511,7 +512,6 @@ class ControllerMachine(RuleBasedStateMachine):
         )
         return {r.segmentId.segmentId: (r.minKey, r.maxKey) for r in reply.segmentRanges}
 
-    @precondition(lambda self: bool(self.txns))
     @rule(pick=st.integers(0, 20))
     def abort_txn(self, pick: int) -> None:
         if not self.txns:
@@ -524,7 +524,6 @@ class ControllerMachine(RuleBasedStateMachine):
             assert got == "SUCCESS"
             t.state = "ABORTED"
 
-    @precondition(lambda self: bool(self.txns))
     @rule(pick=st.integers(0, 20))
     def ping_txn(self, pick: int) -> None:
         if not self.txns:
