@@ -16,7 +16,7 @@ Contract:
   commit and before everything written after it, key range by key range.
 * A transaction not pinged for ``lease * LEASE_SLACK`` is aborted (the official client
   pings only once per lease, so expiring exactly at the lease would abort live ones).
-  Sealing a stream aborts its open transactions. Finished records are kept for
+  Sealing a stream aborts its open transactions (after the seal is durable). Finished records are kept for
   ``KEEP_FINISHED_MS`` so that late state checks get a real answer.
 * A state change shows in memory only once its record is durable (``_put``): a failed
   write (disk full) leaves the transaction as it was, so a ping never answers COMMITTED
@@ -147,6 +147,9 @@ class Transactions:
             rec = self.streams.get(txn.scope, txn.stream)
             if rec is None:
                 return "STREAM_NOT_FOUND"
+            if rec.state != "active":  # sealed: its open transactions are aborted
+                await self.abort_locked(txn)
+                return "FAILURE"
             orders = [t.order for t in self.md.txns.values() if t.key.startswith(rec.key + "/")]
             await self._put(txn, state=TXN_COMMITTING, order=max(orders, default=0) + 1)
             log.info("committing transaction %s (%d segment(s))", txn.key, len(txn.segments))
@@ -250,7 +253,12 @@ class Transactions:
 
     async def finish_pending(self) -> None:
         """Finish every COMMITTING or ABORTING transaction, in commit order per stream
-        (after a crash, or a commit whose merges failed on a full disk)."""
+        (after a crash, or a commit whose merges failed on a full disk), and abort the open
+        transactions of sealed streams (a seal the crash interrupted)."""
+        for txn in [t for t in self.md.txns.values() if t.state == TXN_OPEN]:
+            rec = self.streams.get(txn.scope, txn.stream)
+            if rec is not None and rec.state != "active":
+                await self.abort(txn)
         unfinished = [t for t in self.md.txns.values() if t.state in (TXN_COMMITTING, TXN_ABORTING)]
         for txn in sorted(unfinished, key=lambda t: (t.key.rsplit("/", 1)[0], t.order)):
             if txn.state == TXN_COMMITTING:

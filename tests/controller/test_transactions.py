@@ -3,6 +3,7 @@ transactions opened before a scale, and a crash between the merges of one commit
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -226,3 +227,72 @@ def test_sealing_a_stream_aborts_its_open_transactions(ctl: Ctl) -> None:
         stub.commitTransaction(pb.TxnRequest(streamInfo=info, txnId=txn.txnId)).status
         == pb.TxnStatus.STREAM_NOT_FOUND
     )
+
+
+class _Context:
+    async def abort(self, code: Any, details: str) -> None:
+        raise AssertionError(f"{code}: {details}")
+
+
+@pytest.mark.parametrize("crash_before", ["seal_stream", "abort_open"])
+async def test_a_crash_during_a_seal_leaves_no_aborted_transaction_on_an_open_stream(
+    tmp_path: Path, crash_before: str
+) -> None:
+    """sealStream seals the stream and aborts its open transactions. A kill -9 between the
+    two (the directory copied just before either step) leaves, after startup, the stream
+    sealed with the transaction aborted or the stream open with it open; never an aborted
+    transaction on a stream that still takes writes (the seal was not answered, and a
+    retry would find nothing to say why the transaction died)."""
+    from segmentstore.controller.model import TXN_ABORTED, TXN_OPEN, StreamConfig
+    from segmentstore.controller.service import Service
+
+    from .conftest import open_in_process
+
+    live = tmp_path / "live"
+    store, tables, streams, txns = await open_in_process(live)
+    await streams.create_scope("c")
+    assert await streams.create_stream("c", "s", StreamConfig(min_segments=2)) == "SUCCESS"
+    txn, _ = await txns.create("c", "s", 60_000)
+    service = Service(streams, txns, ("127.0.0.1", 1), ("127.0.0.1", 2))
+    target = streams if crash_before == "seal_stream" else txns
+    real = getattr(target, crash_before)
+
+    async def copy_then_run(scope: str, stream: str) -> Any:
+        if not (tmp_path / "crash").exists():  # the first call: what a kill -9 here leaves
+            shutil.copytree(live, tmp_path / "crash")
+        return await real(scope, stream)
+
+    setattr(target, crash_before, copy_then_run)
+    reply = await service.sealStream(stream_info("c", "s"), _Context())
+    assert reply.status == pb.UpdateStreamStatus.SUCCESS
+    await tables.close()
+    await store.close()
+
+    store, tables, streams, txns = await open_in_process(tmp_path / "crash")
+    sealed = streams.get("c", "s").state == "sealed"  # type: ignore[union-attr]
+    state = txns.find("c", "s", txn.high, txn.low).state
+    assert (sealed, state) in ((True, TXN_ABORTED), (False, TXN_OPEN))
+    await tables.close()
+    await store.close()
+
+
+async def test_committing_an_open_transaction_of_a_sealed_stream_aborts_it(tmp_path: Path) -> None:
+    """Between a stream's seal and the abort of its open transactions (or after a crash
+    there) a commit finds an open transaction on a sealed stream: it is aborted (FAILURE),
+    not merged into a sealed segment and left COMMITTING."""
+    from segmentstore.controller.model import TXN_ABORTED, StreamConfig
+
+    from .conftest import open_in_process
+
+    store, tables, streams, txns = await open_in_process(tmp_path)
+    await streams.create_scope("c")
+    assert await streams.create_stream("c", "s", StreamConfig(min_segments=2)) == "SUCCESS"
+    txn, rec = await txns.create("c", "s", 60_000)
+    await store.append(rec.seg_name(txn.segments[0]) + txn.suffix, b"event")
+    assert await streams.seal_stream("c", "s") == "SUCCESS"
+    assert await txns.commit(txn) == "FAILURE"
+    assert txn.state == TXN_ABORTED
+    assert not store.exists(rec.seg_name(txn.segments[0]) + txn.suffix)
+    assert store.info(rec.seg_name(txn.segments[0])).length == 0
+    await tables.close()
+    await store.close()
