@@ -291,6 +291,12 @@ class SegmentContainer(ContainerReads):
         if expected_offset is not None and expected_offset != offset:
             fut.set_exception(BadOffset(name, expected_offset, offset))
             return fut
+        if seg.p_ec + event_count > _I64_MAX:
+            # EVENT_COUNT may have been set near the top: past it no checkpoint could hold it.
+            fut.set_exception(
+                InvalidOffset(name, f"event count {seg.p_ec} + {event_count} overflows")
+            )
+            return fut
         pending = self._pending_bytes
         used = pending.used
         if n and used + n > pending.limit and used > 0:  # pending.try_take(n), inlined
@@ -473,13 +479,16 @@ class SegmentContainer(ContainerReads):
             raise SegmentNotFound(source)
         if len(data) > R.MAX_RECORD_SIZE - 64:
             raise InvalidOffset(source, f"{len(data)} bytes is too large to merge")
+        delta = 1 if s.segment_type & SEGMENT_TYPE_TRANSIENT else max(0, s.pending_attr(_EC))
+        ec = t.pending_attr(_EC)
+        ec = (0 if ec == _NULL else ec) + delta
+        if ec > _I64_MAX:
+            raise InvalidOffset(target, f"event count {ec - delta} + {delta} overflows")
         if data and not self._pending_bytes.try_take(len(data)):
             raise StoreOverloaded(target, f"{self._pending_bytes.used} bytes wait for the disk")
-        delta = 1 if s.segment_type & SEGMENT_TYPE_TRANSIENT else max(0, s.pending_attr(_EC))
         offset = t.p_length
         end = offset + len(data)
-        ec = t.pending_attr(_EC)
-        t.set_pending_attr(_EC, (0 if ec == _NULL else ec) + delta)
+        t.set_pending_attr(_EC, ec)
         t.p_length = end
         s.p_deleted = True
         t.inflight += 1

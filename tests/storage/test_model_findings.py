@@ -1,0 +1,68 @@
+"""Defects the model-based test (test_store_model.py) found, each as a plain reproduction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from segmentstore.storage import (
+    EVENT_COUNT,
+    AttributeUpdate,
+    AttributeUpdateType,
+    InvalidOffset,
+    SegmentStore,
+)
+
+from .conftest import small_config
+
+I64_MAX = 2**63 - 1
+
+
+async def _near_max(s: SegmentStore, name: str) -> None:
+    await s.create_segment(name)
+    await s.update_attributes(
+        name, [AttributeUpdate(EVENT_COUNT, AttributeUpdateType.REPLACE, I64_MAX - 1)]
+    )
+
+
+async def test_append_that_would_overflow_the_event_count_is_refused(tmp_path: Path) -> None:
+    """EVENT_COUNT is a 64-bit attribute a client may set (UpdateSegmentAttribute). An append
+    whose event count took it past 2**63 - 1 used to be accepted: the count could then not
+    be encoded, every checkpoint failed (the log grew without bound) and close() raised
+    struct.error. Now the append is refused with InvalidOffset, as an out-of-range event
+    count is, and nothing changes."""
+    cfg = small_config(tmp_path / "data")
+    async with await SegmentStore.open(cfg) as s:
+        await _near_max(s, "s")
+        assert (await s.append("s", b"a", event_count=1)).new_length == 1
+        with pytest.raises(InvalidOffset):
+            await s.append("s", b"b", event_count=1)
+        with pytest.raises(InvalidOffset):
+            await s.append("s", b"c", event_count=2**31)
+        assert await s.append("s", b"d", event_count=0) is not None
+        info = s.info("s")
+        assert (info.length, info.attributes[EVENT_COUNT]) == (2, I64_MAX)
+    async with await SegmentStore.open(cfg) as s:
+        assert s.info("s").attributes[EVENT_COUNT] == I64_MAX
+        assert bytes((await s.read("s", 0, 10)).data) == b"ad"
+
+
+async def test_merge_that_would_overflow_the_event_count_is_refused(tmp_path: Path) -> None:
+    """The same for a merge, which adds the source's event count (a transient source: one)."""
+    cfg = small_config(tmp_path / "data")
+    async with await SegmentStore.open(cfg) as s:
+        await _near_max(s, "t")
+        await s.append("t", b"x")  # EVENT_COUNT == 2**63 - 1
+        await s.create_segment("t#transaction.1")
+        await s.append("t#transaction.1", b"txn", event_count=1)
+        with pytest.raises(InvalidOffset):
+            await s.merge("t", "t#transaction.1")
+        assert s.info("t#transaction.1").sealed  # merge seals first (api.py)
+        assert (s.info("t").length, s.info("t").attributes[EVENT_COUNT]) == (1, I64_MAX)
+        await s.create_segment("t#transaction.2")
+        await s.append("t#transaction.2", b"none", event_count=0)
+        assert await s.merge("t", "t#transaction.2") == 5  # adds no events: fine
+    async with await SegmentStore.open(cfg) as s:
+        assert s.info("t").attributes[EVENT_COUNT] == I64_MAX
+        assert s.exists("t#transaction.1") and not s.exists("t#transaction.2")
