@@ -269,11 +269,14 @@ class SegmentContainer(ContainerReads):
         wid = None
         if writer_id is not None and event_number is not None:
             wid = writer_id.int
+            if wid == _EC:
+                # Kept apart from the attributes (metadata.py): as a writer's number it
+                # would be two values at once, and events would be taken for duplicates.
+                fut.set_exception(InvalidOffset(name, "writer id is the EVENT_COUNT attribute"))
+                return fut
             # seg.pending_attr(wid), inlined for a writer id (not the event-count key)
             p_attrs = seg.p_attrs
-            if wid == _EC:
-                last = seg.pending_attr(wid)
-            elif p_attrs is not None and wid in p_attrs:
+            if p_attrs is not None and wid in p_attrs:
                 last = p_attrs[wid]
             else:
                 attrs = seg.attrs
@@ -336,7 +339,7 @@ class SegmentContainer(ContainerReads):
             self._parts.append(data)
             self._buf = bytearray()
         if wid is not None:
-            if wid == _EC or p_attrs is None:
+            if p_attrs is None:
                 seg.set_pending_attr(wid, event_number)  # type: ignore[arg-type]
             else:
                 p_attrs[wid] = event_number  # type: ignore[assignment]

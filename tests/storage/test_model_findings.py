@@ -66,3 +66,21 @@ async def test_merge_that_would_overflow_the_event_count_is_refused(tmp_path: Pa
     async with await SegmentStore.open(cfg) as s:
         assert s.info("t").attributes[EVENT_COUNT] == I64_MAX
         assert s.exists("t#transaction.1") and not s.exists("t#transaction.2")
+
+
+async def test_writer_id_that_is_the_event_count_attribute_is_refused(tmp_path: Path) -> None:
+    """Writer ids are attribute ids (a writer's value is its last event number), and any
+    UUID comes off the wire. With EVENT_COUNT's id as the writer id, the pending state took
+    the event number as the count and the committed state did not: the writer's next event
+    (number 101 after 100) was acknowledged as a duplicate and never stored. Now such an
+    append is refused (InvalidOffset, an ErrorMessage on the wire); without an event number
+    the writer id takes no part, as for any writer."""
+    cfg = small_config(tmp_path / "data")
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("s")
+        for number in (100, 101):
+            with pytest.raises(InvalidOffset):
+                await s.append("s", b"e", writer_id=EVENT_COUNT, event_number=number)
+        assert (await s.append("s", b"e", writer_id=EVENT_COUNT)).new_length == 1
+        info = s.info("s")
+        assert (info.length, info.attributes) == (1, {EVENT_COUNT: 1})
