@@ -465,6 +465,10 @@ class SegmentContainer(ContainerReads):
         if not s.p_sealed:
             with contextlib.suppress(SegmentSealed):
                 await self.seal(source)
+        elif s.inflight:
+            # Sealed (or truncated) by a call not durable yet: the bytes read below must
+            # include every append accepted before it, and leave out what it cuts.
+            await self._applied_so_far(s)
         if self._committed(source) is not s:
             raise SegmentNotFound(source)
         parts: list[bytes | memoryview] = []
@@ -499,6 +503,14 @@ class SegmentContainer(ContainerReads):
         fut: asyncio.Future[int] = self._loop.create_future()
         self._enqueue(Merge(t, s, offset, data, delta, fut=fut))
         return await fut
+
+    async def _applied_so_far(self, seg: SegmentMeta) -> None:
+        """Wait until everything queued so far is applied: a Duplicate carries no record and
+        is answered in queue order (StorageUnavailable if a batch before it fails)."""
+        fut: asyncio.Future[AppendResult] = self._loop.create_future()
+        self._ops.append(Duplicate(seg, fut))
+        self._kick()
+        await fut
 
     # ------------------------------------------------------------------ stats
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,37 @@ async def test_writer_id_that_is_the_event_count_attribute_is_refused(tmp_path: 
         assert (await s.append("s", b"e", writer_id=EVENT_COUNT)).new_length == 1
         info = s.info("s")
         assert (info.length, info.attributes) == (1, {EVENT_COUNT: 1})
+
+
+async def test_merge_waits_for_a_seal_still_on_its_way(tmp_path: Path) -> None:
+    """A merge whose source was sealed by a call not yet durable read the source's committed
+    bytes at once: an append accepted before that seal (and acknowledged) was left out of
+    the target, and the source deleted with it. Now the merge first waits for what the
+    source has on its way."""
+    cfg = small_config(tmp_path / "data")
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("t")
+        await s.create_segment("t#transaction.1")
+        await s.append("t#transaction.1", b"first;")
+        pending = s.append("t#transaction.1", b"in flight;")
+        seal = asyncio.ensure_future(s.seal("t#transaction.1"))
+        await asyncio.sleep(0)  # the seal is accepted, not durable
+        assert await s.merge("t", "t#transaction.1") == 16
+        assert (await pending).new_length == 16 and await seal == 16
+        assert bytes((await s.read("t", 0, 100)).data) == b"first;in flight;"
+
+
+async def test_merge_after_a_truncate_still_on_its_way(tmp_path: Path) -> None:
+    """The same for a truncate of the (sealed) source: called before the merge, it is
+    ordered before it, so the bytes it cuts are not merged."""
+    cfg = small_config(tmp_path / "data")
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("t")
+        await s.create_segment("t#transaction.1")
+        await s.append("t#transaction.1", b"0123456789")
+        await s.seal("t#transaction.1")
+        truncate = asyncio.ensure_future(s.truncate("t#transaction.1", 4))
+        await asyncio.sleep(0)
+        assert await s.merge("t", "t#transaction.1") == 6
+        await truncate
+        assert bytes((await s.read("t", 0, 100)).data) == b"456789"
