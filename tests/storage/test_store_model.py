@@ -89,6 +89,8 @@ MAX_APPEND = 60_000
 # Transactions and transients land in their parent's container, so they can be merged.
 NAMES = ["a", "b", "a#transaction.1", "a#transient.2", "b#transaction.3"]
 WRITERS = [uuid.UUID(int=0x100), uuid.UUID(int=0x101)]
+# Any UUID comes off the wire as a writer id: EVENT_COUNT's too (refused), now and then.
+WRITER_IDS = [*WRITERS, *WRITERS, EVENT_COUNT]
 # Writer ids are attributes too (their values are the writers' event numbers).
 ATTR_IDS = [uuid.UUID(int=0x200), uuid.UUID(int=0x201), WRITERS[0], EVENT_COUNT]
 CHECKED_IDS = [*ATTR_IDS, WRITERS[1], ATTRIBUTE_SEGMENT_TYPE]
@@ -302,6 +304,8 @@ class StoreMachine(RuleBasedStateMachine):
             return Outcome(error=SegmentSealed)
         if n > MAX_APPEND:
             return Outcome(error=AppendTooLarge)
+        if writer == EVENT_COUNT and event_number is not None:
+            return Outcome(error=InvalidOffset)
         duplicate = event_number is not None and event_number <= seg.attrs.get(writer, NULL)
         if writer is not None and duplicate:
             return Outcome(AppendResult(len(seg.data), True))
@@ -452,22 +456,29 @@ class StoreMachine(RuleBasedStateMachine):
         for op in ops:
             self.run(self.batch([op]))
 
-    @rule(ops=st.lists(batch_ops, min_size=2, max_size=8))
-    def pipelined(self, ops: list[tuple[Any, ...]]) -> None:
-        self.run(self.batch(ops))
+    @rule(
+        ops=st.lists(batch_ops, min_size=2, max_size=8),
+        merge=st.none() | st.none() | st.tuples(names, names),
+    )
+    def pipelined(self, ops: list[tuple[Any, ...]], merge: tuple[int, int] | None) -> None:
+        self.run(self.batch(ops, merge))
 
-    async def batch(self, ops: list[tuple[Any, ...]]) -> None:
+    async def batch(self, ops: list[tuple[Any, ...]], merge: tuple[int, int] | None = None) -> None:
         """Issue ``ops`` in order without waiting for any (an append is ordered when it is
         called; a seal, truncate, attribute update or delete when its task first runs, so
-        each gets one loop turn before the next op), then await them all."""
+        each gets one loop turn before the next op), then a ``merge`` of two segments (last:
+        what it moves is read after its first turn, so a later call could come before it),
+        then await them all."""
         waits: list[tuple[str, Outcome, asyncio.Future[Any]]] = []
+        if merge is not None:
+            ops = [*ops, ("merge", *merge)]
         for op in ops:
             kind, name = op[0], self.name(op[1])
             if kind == "append":
                 _, _, n, seed, ev_kind, count, exp_kind = op
                 writer = event_number = None
                 if ev_kind is not None:
-                    writer = WRITERS[seed % len(WRITERS)]
+                    writer = WRITER_IDS[seed % len(WRITER_IDS)]
                     event_number = self.event_number(name, writer, ev_kind)
                 expected = self.expected_offset(name, exp_kind)
                 data = payload(seed, n)
@@ -497,6 +508,9 @@ class StoreMachine(RuleBasedStateMachine):
             elif kind == "attrs":
                 updates, outcome = self.attrs_outcome(name, op[2])
                 coro = self.s.update_attributes(name, updates)
+            elif kind == "merge":
+                target, source = self.name(op[1]), self.name(op[2])
+                outcome, coro = self.merge_outcome(target, source), self.s.merge(target, source)
             elif kind == "create":
                 name = NAMES[op[1]]
                 outcome = Outcome(error=SegmentExists) if name in self.model else Outcome(None)
@@ -657,34 +671,34 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(into=names, source_pick=names)
     def merge(self, into: int, source_pick: int) -> None:
         target, source = self.name(into), self.name(source_pick)
-        count = self.config.container_count
-        t, s = self.model.get(target), self.model.get(source)
-        if container_of(target, count) != container_of(source, count):
-            outcome = Outcome(error=StorageError)
-        elif target == source:
-            outcome = Outcome(error=InvalidOffset)
-        elif t is None or s is None:
-            outcome = Outcome(error=SegmentNotFound)
-        elif t.sealed:
-            outcome = Outcome(error=SegmentSealed)
-        else:
-            if s.segment_type & SEGMENT_TYPE_TRANSIENT:
-                delta = 1
-            else:
-                delta = max(0, s.attrs.get(EVENT_COUNT, 0))
-            s.sealed = True  # first, in a record of its own (api.py)
-            if t.attrs.get(EVENT_COUNT, 0) + delta > I64_MAX:
-                outcome = Outcome(error=InvalidOffset)
-            else:
-                t.data += s.data[s.start :]
-                t.add_events(delta)
-                del self.model[source]
-                outcome = Outcome(len(t.data))
+        outcome = self.merge_outcome(target, source)
         got = self.run(outcome_of(self.s.merge(target, source)))
         check(f"merge {source} into {target}", outcome, got)
         if isinstance(got, StorageError):
             # A refusal names the segment it is about.
-            assert got.segment in (target, source, str(self.config.data_dir)), got
+            assert got.segment in (target, source), got
+
+    def merge_outcome(self, target: str, source: str) -> Outcome:
+        count = self.config.container_count
+        t, s = self.model.get(target), self.model.get(source)
+        if container_of(target, count) != container_of(source, count):
+            return Outcome(error=StorageError)
+        if target == source:
+            return Outcome(error=InvalidOffset)
+        if t is None or s is None:
+            return Outcome(error=SegmentNotFound)
+        if t.sealed:
+            return Outcome(error=SegmentSealed)
+        delta = (
+            1 if s.segment_type & SEGMENT_TYPE_TRANSIENT else max(0, s.attrs.get(EVENT_COUNT, 0))
+        )
+        s.sealed = True  # first, in a record of its own (api.py)
+        if t.attrs.get(EVENT_COUNT, 0) + delta > I64_MAX:
+            return Outcome(error=InvalidOffset)
+        t.data += s.data[s.start :]
+        t.add_events(delta)
+        del self.model[source]
+        return Outcome(len(t.data))
 
     @rule(pick=names, raw=attr_updates)
     def update_attributes(
