@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from segmentstore.storage import (
     AttributeUpdateType,
     InvalidOffset,
     SegmentStore,
+    StorageUnavailable,
 )
 
 from .conftest import small_config
@@ -119,3 +122,35 @@ async def test_merge_after_a_truncate_still_on_its_way(tmp_path: Path) -> None:
         assert await s.merge("t", "t#transaction.1") == 6
         await truncate
         assert bytes((await s.read("t", 0, 100)).data) == b"456789"
+
+
+async def test_a_failed_delete_of_a_recreated_name_survives_a_checkpoint(
+    tmp_path: Path, crash_copy: Callable[[Path], Path]
+) -> None:
+    """A create of a name whose delete is not yet durable takes the name's entry over; a
+    checkpoint taken meanwhile left the old segment out, though it was committed state.
+    When that delete then failed (StorageUnavailable: nothing applied), the live store had
+    the segment back, but a crash before the next checkpoint lost it, acknowledged bytes and
+    all. The checkpoint now also takes segments whose delete is queued or on its way."""
+    cfg = small_config(tmp_path / "data")
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("a")
+        await s.append("a", b"acknowledged")
+        fail = [OSError(errno.ENOSPC, "injected")]
+
+        def hook(op: str) -> None:
+            if op == "wal.write" and fail:
+                raise fail.pop()
+
+        s.set_fault_hook(hook)
+        delete = asyncio.ensure_future(s.delete("a"))
+        create = asyncio.ensure_future(s.create_segment("a"))
+        await asyncio.sleep(0)  # both queued, the batch on its way to the failing write
+        assert await s._containers[0]._checkpoint()
+        for refused in (delete, create):
+            with pytest.raises(StorageUnavailable):
+                await refused
+        assert bytes((await s.read("a", 0, 100)).data) == b"acknowledged"
+        copy = crash_copy(cfg.data_dir)
+    async with await SegmentStore.open(small_config(copy)) as s:
+        assert bytes((await s.read("a", 0, 100)).data) == b"acknowledged"
