@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import random
 import shutil
 import tempfile
 import uuid
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,6 +76,7 @@ from segmentstore.storage import (
     SegmentStore,
     SegmentTruncated,
     StorageError,
+    StorageUnavailable,
 )
 from segmentstore.storage.store import container_of
 
@@ -378,43 +380,53 @@ class StoreMachine(RuleBasedStateMachine):
             return Outcome(error=SegmentNotFound)
         return Outcome(None)
 
-    def attrs_outcome(
+    def updates_for(
         self, name: str, raw: list[tuple[uuid.UUID, AttributeUpdateType, int, int]]
-    ) -> tuple[list[AttributeUpdate], Outcome]:
-        """The updates (a compare value of -1 means "the current value") and the outcome:
-        every update sees the ones before it in the call; one refusal refuses them all."""
+    ) -> list[AttributeUpdate]:
+        """The updates; a compare value of -1 means "the current value"."""
         seg = self.model.get(name)
         updates = []
         for key, kind, value, compare in raw:
             if compare == -1 and seg is not None:
                 compare = seg.attrs.get(key, NULL)
             updates.append(AttributeUpdate(key, kind, value, compare))
+        return updates
+
+    def attrs_outcome(
+        self, name: str, raw: list[tuple[uuid.UUID, AttributeUpdateType, int, int]]
+    ) -> tuple[list[AttributeUpdate], Outcome]:
+        updates = self.updates_for(name, raw)
+        return updates, self.attrs_result(name, updates)
+
+    def attrs_result(self, name: str, updates: list[AttributeUpdate]) -> Outcome:
+        """Every update sees the ones before it in the call; one refusal refuses them all."""
+        seg = self.model.get(name)
         if seg is None:
-            return updates, Outcome(error=SegmentNotFound)
+            return Outcome(error=SegmentNotFound)
         if seg.sealed:
-            return updates, Outcome(error=SegmentSealed)
+            return Outcome(error=SegmentSealed)
         values: dict[uuid.UUID, int] = {}
         for u in updates:
             if not I64_MIN <= u.value <= I64_MAX:
-                return updates, Outcome(error=BadAttributeUpdate)
+                return Outcome(error=BadAttributeUpdate)
             current = values.get(u.attribute_id, seg.attrs.get(u.attribute_id, NULL))
             t = u.update_type
             if t == AttributeUpdateType.NONE and current != NULL:
-                return updates, Outcome(error=BadAttributeUpdate)
+                return Outcome(error=BadAttributeUpdate)
             greater = t == AttributeUpdateType.REPLACE_IF_GREATER
             if greater and current != NULL and u.value <= current:
-                return updates, Outcome(error=BadAttributeUpdate)
+                return Outcome(error=BadAttributeUpdate)
             if t == AttributeUpdateType.REPLACE_IF_EQUALS and current != u.compare_value:
-                return updates, Outcome(error=BadAttributeUpdate)
+                return Outcome(error=BadAttributeUpdate)
             new = u.value
             if t == AttributeUpdateType.ACCUMULATE:
                 new = (0 if current == NULL else current) + u.value
                 if not I64_MIN < new <= I64_MAX:
-                    return updates, Outcome(error=BadAttributeUpdate)
+                    return Outcome(error=BadAttributeUpdate)
             values[u.attribute_id] = new
         for key, value in values.items():
             seg.set_attr(key, value)
-        return updates, Outcome(None)
+        return Outcome(None)
 
     # ------------------------------------------------------------ rules
 
@@ -615,6 +627,8 @@ class StoreMachine(RuleBasedStateMachine):
                 check(what, Outcome(error=SegmentNotFound), got)
             elif offset < seg.start:
                 check(what, Outcome(error=SegmentTruncated), got)
+            elif offset < len(seg.data) and len(cur.data) == len(seg.data):
+                self.check_read(name, offset, 1 << 20, got)  # not parked, nothing appended
             elif offset < len(seg.data):
                 # Not parked: served at once, or from chunk files while the append lands.
                 assert isinstance(got, ReadResult) and got.data, f"{what}: {got!r}"
@@ -801,6 +815,121 @@ class StoreMachine(RuleBasedStateMachine):
 
         self.run(go())
 
+    @rule(
+        ops=st.lists(batch_ops, min_size=1, max_size=6),
+        fault=st.sampled_from(["wal.write", "wal.fsync"]),
+        checkpoint=st.booleans(),
+        crash=st.booleans(),
+    )
+    def failed_batch(
+        self, ops: list[tuple[Any, ...]], fault: str, checkpoint: bool, crash: bool
+    ) -> None:
+        """The log write (or fsync) of one batch fails: every operation in it fails with
+        StorageUnavailable and none is applied, also for a checkpoint taken meanwhile and a
+        crash copy taken after; the store goes on working. All of it is issued in one loop
+        turn so that it is one batch: the tasks (seal, truncate, ...) are made first, but
+        validate in their first step, in the next turn, so after the appends, which validate
+        when called; that is the order the model checks them in."""
+        if fault == "wal.fsync" and self.config.fsync != "always":
+            fault = "wal.write"
+
+        async def go() -> None:
+            kept = self.model
+            self.model = {name: seg.copy() for name, seg in kept.items()}
+            fired: list[int] = []
+
+            def failing_once(index: int) -> Callable[[str], None]:
+                def hook(op: str) -> None:
+                    if op == fault and index not in fired:
+                        fired.append(index)  # each container's first batch fails
+                        raise OSError(errno.ENOSPC, "injected")
+
+                return hook
+
+            for c in self.s._containers:
+                c.set_fault_hook(failing_once(c.index))
+            try:
+                tasks = []
+                appends = []
+                for op in ops:
+                    kind, name = op[0], self.name(op[1])
+                    if kind == "append":
+                        appends.append((name, op))
+                        continue
+                    # The call is made now (its task runs after the appends below); the
+                    # model's answer is worked out after theirs.
+                    args: Any = None
+                    if kind == "seal":
+                        coro = self.s.seal(name)
+                    elif kind == "truncate":
+                        seg = self.model.get(name)
+                        size = 0 if seg is None else len(seg.data) - seg.start
+                        args = (0 if seg is None else seg.start) + op[2] * size // 1000
+                        coro = self.s.truncate(name, args)
+                    elif kind == "attrs":
+                        args = self.updates_for(name, op[2])
+                        coro = self.s.update_attributes(name, args)
+                    elif kind == "create":
+                        name = NAMES[op[1]]
+                        coro = self.s.create_segment(name)
+                    else:
+                        coro = self.s.delete(name)
+                    tasks.append((kind, name, args, asyncio.ensure_future(coro)))
+                waits = []
+                for name, op in appends:
+                    _, _, n, seed, _, count, exp_kind = op
+                    expected = self.expected_offset(name, exp_kind)
+                    data = payload(seed, n)
+                    outcome = self.append_outcome(name, n, None, None, count, expected)
+                    self.apply_append(name, data, None, None, count, outcome)
+                    if outcome.error is None:
+                        outcome = Outcome(error=StorageUnavailable)
+                    fut = self.s.append(name, data, event_count=count, expected_offset=expected)
+                    waits.append((f"append {n} to {name} (expected {expected})", outcome, fut))
+                for kind, name, args, task in tasks:
+                    queued = True
+                    if kind == "seal":
+                        outcome = self.seal_outcome(name)
+                    elif kind == "truncate":
+                        seg = self.model.get(name)
+                        queued = seg is None or args != seg.start  # the same start: no record
+                        outcome = self.truncate_outcome(name, args)
+                    elif kind == "attrs":
+                        outcome = self.attrs_result(name, args)
+                    elif kind == "create":
+                        outcome = Outcome(error=SegmentExists) if name in self.model else Outcome()
+                        self.model.setdefault(name, Seg())
+                    else:
+                        outcome = self.delete_outcome(name)
+                    if outcome.error is None and queued:
+                        outcome = Outcome(error=StorageUnavailable)
+                    waits.append((f"{kind} {name} {args}", outcome, task))
+                await asyncio.sleep(0)  # the tasks queue theirs; then the batch goes
+                ckpt = asyncio.ensure_future(self.checkpoint()) if checkpoint else None
+                for what, outcome, fut in waits:
+                    check(what, outcome, await outcome_of(fut))
+                if ckpt is not None:
+                    await ckpt
+                queued = any(o.error is StorageUnavailable for _, o, _ in waits)
+                assert bool(fired) == queued, f"fault {fault} fired: {fired}, queued: {queued}"
+            finally:
+                self.s.set_fault_hook(None)
+                self.model = kept
+            if crash:
+                copy = await self.crash_copy()
+                crashed = await self.open(copy)
+                try:
+                    await self.equals_model(crashed)
+                finally:
+                    await crashed.close()
+                    shutil.rmtree(copy, ignore_errors=True)
+
+        self.run(go())
+
+    async def checkpoint(self) -> None:
+        for c in self.s._containers:
+            assert await c._checkpoint()
+
     async def crash_copy(self) -> Path:
         """The live directory as a crash at this moment would leave it. Each container's
         flush lock is held meanwhile: a flush or checkpoint running during a file-by-file
@@ -823,35 +952,33 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_equals_model(self) -> None:
-        if self.store is None:
-            return
+        if self.store is not None:
+            self.run(self.equals_model(self.store))
 
-        async def go() -> None:
-            s = self.s
-            assert sorted(s.segment_names()) == sorted(self.model)
-            for name in NAMES:
-                seg = self.model.get(name)
-                assert s.exists(name) == (seg is not None), name
-                if seg is None:
-                    try:
-                        s.info(name)
-                    except SegmentNotFound:
-                        continue
-                    raise AssertionError(f"{name}: info of a missing segment")
-                info = s.info(name)
-                got = (info.length, info.start_offset, info.sealed, info.deleted, info.segment_type)
-                want = (len(seg.data), seg.start, seg.sealed, False, seg.segment_type)
-                assert got == want, f"{name}: info {got}, model {want}"
-                assert info.attributes == seg.attrs, f"{name}: attributes"
-                for key in CHECKED_IDS:
-                    value = seg.attrs.get(key, NULL)
-                    if key == ATTRIBUTE_SEGMENT_TYPE and value == NULL:
-                        value = seg.segment_type
-                    assert s.get_attribute(name, key) == value, f"{name}: attribute {key}"
-                data = await read_all(s, name)
-                assert data == bytes(seg.data[seg.start :]), f"{name}: bytes differ"
-
-        self.run(go())
+    async def equals_model(self, s: SegmentStore) -> None:
+        """Every segment's info, attributes and bytes in ``s`` are the model's."""
+        assert sorted(s.segment_names()) == sorted(self.model)
+        for name in NAMES:
+            seg = self.model.get(name)
+            assert s.exists(name) == (seg is not None), name
+            if seg is None:
+                try:
+                    s.info(name)
+                except SegmentNotFound:
+                    continue
+                raise AssertionError(f"{name}: info of a missing segment")
+            info = s.info(name)
+            got = (info.length, info.start_offset, info.sealed, info.deleted, info.segment_type)
+            want = (len(seg.data), seg.start, seg.sealed, False, seg.segment_type)
+            assert got == want, f"{name}: info {got}, model {want}"
+            assert info.attributes == seg.attrs, f"{name}: attributes"
+            for key in CHECKED_IDS:
+                value = seg.attrs.get(key, NULL)
+                if key == ATTRIBUTE_SEGMENT_TYPE and value == NULL:
+                    value = seg.segment_type
+                assert s.get_attribute(name, key) == value, f"{name}: attribute {key}"
+            data = await read_all(s, name)
+            assert data == bytes(seg.data[seg.start :]), f"{name}: bytes differ"
 
 
 class _Nothing:
