@@ -1038,4 +1038,4 @@ StoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestStoreModel = StoreMachine.TestCase
-TestStoreModel.pytestmark = [pytest.mark.timeout(max(300, EXAMPLES))]  # type: ignore[attr-defined]
+TestStoreModel.pytestmark = [pytest.mark.timeout(max(300, 3 * EXAMPLES))]  # type: ignore[attr-defined]
