@@ -10,8 +10,10 @@ writer id and event numbers (next, duplicate, older, gap, NULL, out of range), w
 counts (zero, several, out of range) and conditional at the right and at a wrong expected
 offset, sizes across 4 KiB blocks, chunk boundaries, the 16 KiB writev and 32 KiB own-block
 cut-offs and ``max_append_bytes``; a pipelined batch of those with seals, truncates,
-attribute updates and deletes issued in between, awaited together (validation at call
-order, duplicates answered in order); reads at any offset and length (below the start,
+attribute updates, deletes and creates issued in between and a merge at the end, awaited
+together (validation in call order, duplicates answered in order); a batch whose log write
+or fsync fails (all of it refused with StorageUnavailable, none of it applied, also after a
+checkpoint taken meanwhile and in a crash copy); close with appends in flight; reads at any offset and length (below the start,
 inside, at and past the end, negative lengths), ``try_read``, tail reads with ``wait`` (timed
 out, woken by an append, on a sealed segment); info, ``exists``, ``segment_names``,
 ``get_attribute``; seal; truncate; merge (sealed first by the store, transient and event
@@ -20,6 +22,7 @@ several per call (all or nothing); a forced flush and checkpoint; clean close an
 crash copy of the live directory taken at rest (reopened, it must equal the model, and the
 run goes on with it) and with appends in flight (every acknowledged operation present,
 each segment's new bytes a prefix of what was in flight, nothing invented).
+``test_model_findings.py`` holds a plain reproduction of each defect this test found.
 
 Each example draws its configuration: fsync mode, 1 or 2 containers, chunk files of 4 KiB,
 16 KiB or 5000 bytes (not a block multiple: buffered I/O), a tiny or a large read cache,
