@@ -185,7 +185,8 @@ batch_ops = st.one_of(
     st.tuples(st.just("truncate"), names, st.integers(0, 1000)),
     st.tuples(st.just("attrs"), names, attr_updates),
     st.tuples(st.just("delete"), names),
-    st.tuples(st.just("create"), st.integers(0, len(NAMES) - 1)),
+    # A name, or (len(NAMES)) the one the operation before was about: delete, re-create.
+    st.tuples(st.just("create"), st.integers(0, len(NAMES))),
 )
 
 
@@ -473,10 +474,31 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(
         ops=st.lists(batch_ops, min_size=2, max_size=8),
-        merge=st.none() | st.none() | st.tuples(names, names),
+        # The source: a segment, or (-1) the one the batch's last operation was about, which
+        # then has work on its way when the merge starts.
+        merge=st.none() | st.none() | st.tuples(names, names | st.just(-1)),
     )
     def pipelined(self, ops: list[tuple[Any, ...]], merge: tuple[int, int] | None) -> None:
         self.run(self.batch(ops, merge))
+
+    @rule(
+        into=names,
+        source=names,
+        appends=st.lists(st.tuples(sizes, seeds), max_size=3),
+        then=st.sampled_from(["seal", "truncate", None]),
+    )
+    def merge_in_flight(
+        self, into: int, source: int, appends: list[tuple[int, int]], then: str | None
+    ) -> None:
+        """A merge of a source with appends, a seal or a truncate still on their way (a
+        transaction committed right behind its writer's last events)."""
+        ops: list[tuple[Any, ...]] = [
+            ("append", source, n, seed, None, 1, None) for n, seed in appends
+        ]
+        if then is not None:
+            ops.append((then, source, 500))
+        if ops:
+            self.run(self.batch(ops, (into, -1)))
 
     async def batch(self, ops: list[tuple[Any, ...]], merge: tuple[int, int] | None = None) -> None:
         """Issue ``ops`` in order without waiting for any (an append is ordered when it is
@@ -487,6 +509,7 @@ class StoreMachine(RuleBasedStateMachine):
         waits: list[tuple[str, Outcome, asyncio.Future[Any]]] = []
         if merge is not None:
             ops = [*ops, ("merge", *merge)]
+        last = NAMES[0]
         for op in ops:
             kind, name = op[0], self.name(op[1])
             if kind == "append":
@@ -509,6 +532,7 @@ class StoreMachine(RuleBasedStateMachine):
                 )
                 what = f"append {n} to {name} (writer {writer}, event {event_number}, count {count}, expected {expected})"
                 waits.append((what, outcome, fut))
+                last = name
                 continue
             if kind == "seal":
                 outcome, coro = self.seal_outcome(name), self.s.seal(name)
@@ -524,16 +548,18 @@ class StoreMachine(RuleBasedStateMachine):
                 updates, outcome = self.attrs_outcome(name, op[2])
                 coro = self.s.update_attributes(name, updates)
             elif kind == "merge":
-                target, source = self.name(op[1]), self.name(op[2])
+                target = self.name(op[1])
+                source = last if op[2] == -1 else self.name(op[2])
                 outcome, coro = self.merge_outcome(target, source), self.s.merge(target, source)
             elif kind == "create":
-                name = NAMES[op[1]]
+                name = last if op[1] == len(NAMES) else NAMES[op[1]]
                 outcome = Outcome(error=SegmentExists) if name in self.model else Outcome(None)
                 self.model.setdefault(name, Seg())
                 coro = self.s.create_segment(name)
             else:
                 outcome, coro = self.delete_outcome(name), self.s.delete(name)
-            waits.append((f"{kind} {op[1:]}", outcome, asyncio.ensure_future(coro)))
+            waits.append((f"{kind} {name} {op[1:]}", outcome, asyncio.ensure_future(coro)))
+            last = name
             await asyncio.sleep(0)  # the task validates and queues now, in call order
         for what, outcome, fut in waits:
             check(what, outcome, await outcome_of(fut))
@@ -854,6 +880,7 @@ class StoreMachine(RuleBasedStateMachine):
             try:
                 tasks = []
                 appends = []
+                last = NAMES[0]
                 for op in ops:
                     kind, name = op[0], self.name(op[1])
                     if kind == "append":
@@ -873,11 +900,12 @@ class StoreMachine(RuleBasedStateMachine):
                         args = self.updates_for(name, op[2])
                         coro = self.s.update_attributes(name, args)
                     elif kind == "create":
-                        name = NAMES[op[1]]
+                        name = last if op[1] == len(NAMES) else NAMES[op[1]]
                         coro = self.s.create_segment(name)
                     else:
                         coro = self.s.delete(name)
                     tasks.append((kind, name, args, asyncio.ensure_future(coro)))
+                    last = name
                 waits = []
                 for name, op in appends:
                     _, _, n, seed, _, count, exp_kind = op
