@@ -634,15 +634,19 @@ class StoreMachine(RuleBasedStateMachine):
         now = self.model.get(name)
         seg = None if now is None else now.copy()  # as it was when the read was called
         offset = (0 if seg is None else len(seg.data)) + past
-        # Woken: the wait only bounds a slow disk; it returns as soon as the append lands.
-        wait = 10.0 if woken else 0.01
+        size = 2 + seed % 100
+        # Woken (an append lands past the offset): the wait only bounds a slow disk, the
+        # read returns as soon as the append lands. Otherwise it times out.
+        ok = self.append_outcome(name, size, None, None, 1, None).error is None
+        lands = ok and seg is not None and offset < len(seg.data) + size
+        wait = 10.0 if woken and lands else 0.01
 
         async def go() -> None:
             task = asyncio.ensure_future(outcome_of(self.s.read(name, offset, 1 << 20, wait=wait)))
             await asyncio.sleep(0)
             waits = []
             if woken:
-                data = payload(seed, 1 + seed % 100)
+                data = payload(seed, size)
                 outcome = self.append_outcome(name, len(data), None, None, 1, None)
                 self.apply_append(name, data, None, None, 1, outcome)
                 waits.append((outcome, self.s.append(name, data)))
