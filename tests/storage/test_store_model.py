@@ -863,6 +863,8 @@ class StoreMachine(RuleBasedStateMachine):
         turn so that it is one batch: the tasks (seal, truncate, ...) are made first, but
         validate in their first step, in the next turn, so after the appends, which validate
         when called; that is the order the model checks them in."""
+        if any(c._log_thread.native for c in self.s._containers):
+            return  # SEGMENTSTORE_NATIVE_LOG=1: batches bypass the faults' hook points
         if fault == "wal.fsync" and self.config.fsync != "always":
             fault = "wal.write"
 
