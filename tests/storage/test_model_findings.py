@@ -17,6 +17,7 @@ from segmentstore.storage import (
     SegmentStore,
     StorageUnavailable,
 )
+from segmentstore.storage.chunks import ChunkStore
 
 from .conftest import small_config
 
@@ -154,3 +155,30 @@ async def test_a_failed_delete_of_a_recreated_name_survives_a_checkpoint(
         copy = crash_copy(cfg.data_dir)
     async with await SegmentStore.open(small_config(copy)) as s:
         assert bytes((await s.read("a", 0, 100)).data) == b"acknowledged"
+
+
+def test_a_chunk_read_racing_a_write_that_extends_its_block(tmp_path: Path) -> None:
+    """A read from a chunk file read the block's data, then its checksum entry. A flush
+    extending that block in between (another worker thread; the storage writer rewrites
+    the block holding the flushed end) left the entry vouching for bytes the read did not
+    have: "checksum mismatch", the segment marked damaged and every later read and append
+    of it refused until a restart. Found by the model test reading while the storage writer
+    flushed. The entries are now read first: the writer writes data before entries, so
+    entries read first never cover bytes the data read missed."""
+    chunks = ChunkStore(tmp_path / "chunks", 16384, direct_io=True)
+    chunks.open()
+    try:
+        if not chunks.direct:
+            pytest.skip("no O_DIRECT on this file system")
+        chunks.write(1, 0, [b"a" * 100])
+        read_blocks = chunks._read_direct
+
+        def read_then_extend(path: Path, pos: int, n: int) -> bytes:
+            data = read_blocks(path, pos, n)
+            chunks.write(1, 100, [b"b" * 100])  # the flush, between the data and the sums
+            return data
+
+        chunks._read_direct = read_then_extend  # type: ignore[method-assign]
+        assert chunks.read(1, 0, 100) == b"a" * 100
+    finally:
+        chunks.close()
