@@ -31,7 +31,8 @@ direct I/O on or off.
 CI runs 30 examples of up to 30 steps (10-20 s). A long run:
 ``SEGMENTSTORE_MODEL_EXAMPLES=2000 .venv/bin/pytest tests/storage/test_store_model.py``
 (``SEGMENTSTORE_MODEL_STEPS`` sets the steps per example; the pytest timeout grows with
-the examples).
+the examples; ``SEGMENTSTORE_MODEL_TRACE=1 ... -s`` prints each example's steps and does not
+shrink, for a race that fails now and then and so cannot be replayed).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -1068,11 +1069,20 @@ def _copy_like_a_crash(src: Path, dst: Path) -> None:
         dirs.sort()
 
 
+# A race fails now and then, so hypothesis cannot replay it to shrink it (it reports a Flaky
+# error without the steps). SEGMENTSTORE_MODEL_TRACE=1 prints every example's steps as it
+# runs and does not shrink: the last steps printed are the failing example's.
+TRACE = (
+    {"phases": [Phase.generate], "database": None, "verbosity": Verbosity.debug}
+    if os.environ.get("SEGMENTSTORE_MODEL_TRACE") == "1"
+    else {}
+)
 StoreMachine.TestCase.settings = settings(
     max_examples=EXAMPLES,
     stateful_step_count=STEPS,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    **TRACE,
 )
 TestStoreModel = StoreMachine.TestCase
 TestStoreModel.pytestmark = [pytest.mark.timeout(max(300, 3 * EXAMPLES))]  # type: ignore[attr-defined]
