@@ -182,3 +182,25 @@ def test_a_chunk_read_racing_a_write_that_extends_its_block(tmp_path: Path) -> N
         assert chunks.read(1, 0, 100) == b"a" * 100
     finally:
         chunks.close()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_a_segment_truncated_to_its_end_keeps_the_chunk_its_next_append_needs(
+    tmp_path: Path, direct: bool
+) -> None:
+    """A segment truncated to its whole length (start == length, mid-chunk) had all its
+    chunk files dropped by recovery (they hold no readable byte), but the next append
+    extends the block holding that length, whose head a write reads back (direct I/O) or
+    sums over: the flush then failed ("lacks segment bytes", or a block summed wrongly),
+    checkpoints were skipped and close() raised. Recovery now keeps that chunk file."""
+    cfg = small_config(tmp_path / "data", direct_io=direct)
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("s")
+        await s.append("s", b"x" * 9458)
+        await s.truncate("s", 9458)
+    async with await SegmentStore.open(cfg) as s:
+        await s.append("s", b"y" * 4095)
+    async with await SegmentStore.open(cfg) as s:
+        info = s.info("s")
+        assert (info.start_offset, info.length) == (9458, 9458 + 4095)
+        assert bytes((await s.read("s", 9458, 1 << 20)).data) == b"y" * 4095
