@@ -21,7 +21,9 @@ How :class:`~segmentstore.storage.SegmentStore` (store.py) implements the calls:
 * ``append(...)`` is a plain method returning an ``asyncio.Future[AppendResult]``; every
   error (SegmentNotFound, SegmentSealed, BadOffset, AppendTooLarge, StorageUnavailable...)
   arrives through that future, never raised. ``writer_id`` without ``event_number`` appends
-  without deduplication. Payloads of 16 KiB or more are kept by reference until written
+  without deduplication. InvalidOffset refuses an event number or count out of range, an
+  event count that would take EVENT_COUNT past 2**63 - 1 (merge too), and EVENT_COUNT's own
+  id as a writer id (with an event number). Payloads of 16 KiB or more are kept by reference until written
   (pass ``bytes`` you will not mutate; a ``bytearray``/``memoryview`` is copied).
 * ``async read(name, offset, max_length, *, wait=None, disk_guard=None)`` owns one whole
   read. It returns at once (no suspension, guard not called) when the bytes are in the read

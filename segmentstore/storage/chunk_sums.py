@@ -84,13 +84,22 @@ def trailer_end(trailer: int, length: int) -> int:
 
 
 def check(
-    chunk: Path, trailer: int, first_block: int, data: bytes, need: int, fd: int = -1
+    chunk: Path,
+    trailer: int,
+    first_block: int,
+    data: bytes,
+    need: int,
+    fd: int = -1,
+    entries: bytes | None = None,
 ) -> None:
     """Verify ``data`` (blocks from ``first_block`` on, as read) for its first ``need`` bytes.
 
-    ``fd``: an open descriptor of ``chunk`` to read the entries through (else it is opened)."""
+    ``fd``: an open descriptor of ``chunk`` to read the entries through (else it is opened);
+    ``entries``: the entries, read already (before the data, by a reader racing a writer)."""
     count = -(-need // BLOCK)
-    if fd >= 0:
+    if entries is not None:
+        pass
+    elif fd >= 0:
         entries = os.pread(fd, count * ENTRY.size, trailer + first_block * ENTRY.size)
     else:
         entries = read_entries(chunk, trailer, first_block, count)

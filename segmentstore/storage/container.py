@@ -269,11 +269,14 @@ class SegmentContainer(ContainerReads):
         wid = None
         if writer_id is not None and event_number is not None:
             wid = writer_id.int
+            if wid == _EC:
+                # Kept apart from the attributes (metadata.py): as a writer's number it
+                # would be two values at once, and events would be taken for duplicates.
+                fut.set_exception(InvalidOffset(name, "writer id is the EVENT_COUNT attribute"))
+                return fut
             # seg.pending_attr(wid), inlined for a writer id (not the event-count key)
             p_attrs = seg.p_attrs
-            if wid == _EC:
-                last = seg.pending_attr(wid)
-            elif p_attrs is not None and wid in p_attrs:
+            if p_attrs is not None and wid in p_attrs:
                 last = p_attrs[wid]
             else:
                 attrs = seg.attrs
@@ -290,6 +293,12 @@ class SegmentContainer(ContainerReads):
         offset = seg.p_length
         if expected_offset is not None and expected_offset != offset:
             fut.set_exception(BadOffset(name, expected_offset, offset))
+            return fut
+        if seg.p_ec + event_count > _I64_MAX:
+            # EVENT_COUNT may have been set near the top: past it no checkpoint could hold it.
+            fut.set_exception(
+                InvalidOffset(name, f"event count {seg.p_ec} + {event_count} overflows")
+            )
             return fut
         pending = self._pending_bytes
         used = pending.used
@@ -330,7 +339,7 @@ class SegmentContainer(ContainerReads):
             self._parts.append(data)
             self._buf = bytearray()
         if wid is not None:
-            if wid == _EC or p_attrs is None:
+            if p_attrs is None:
                 seg.set_pending_attr(wid, event_number)  # type: ignore[arg-type]
             else:
                 p_attrs[wid] = event_number  # type: ignore[assignment]
@@ -456,6 +465,10 @@ class SegmentContainer(ContainerReads):
         if not s.p_sealed:
             with contextlib.suppress(SegmentSealed):
                 await self.seal(source)
+        elif s.inflight:
+            # Sealed (or truncated) by a call not durable yet: the bytes read below must
+            # include every append accepted before it, and leave out what it cuts.
+            await self._applied_so_far(s)
         if self._committed(source) is not s:
             raise SegmentNotFound(source)
         parts: list[bytes | memoryview] = []
@@ -473,13 +486,16 @@ class SegmentContainer(ContainerReads):
             raise SegmentNotFound(source)
         if len(data) > R.MAX_RECORD_SIZE - 64:
             raise InvalidOffset(source, f"{len(data)} bytes is too large to merge")
+        delta = 1 if s.segment_type & SEGMENT_TYPE_TRANSIENT else max(0, s.pending_attr(_EC))
+        ec = t.pending_attr(_EC)
+        ec = (0 if ec == _NULL else ec) + delta
+        if ec > _I64_MAX:
+            raise InvalidOffset(target, f"event count {ec - delta} + {delta} overflows")
         if data and not self._pending_bytes.try_take(len(data)):
             raise StoreOverloaded(target, f"{self._pending_bytes.used} bytes wait for the disk")
-        delta = 1 if s.segment_type & SEGMENT_TYPE_TRANSIENT else max(0, s.pending_attr(_EC))
         offset = t.p_length
         end = offset + len(data)
-        ec = t.pending_attr(_EC)
-        t.set_pending_attr(_EC, (0 if ec == _NULL else ec) + delta)
+        t.set_pending_attr(_EC, ec)
         t.p_length = end
         s.p_deleted = True
         t.inflight += 1
@@ -487,6 +503,14 @@ class SegmentContainer(ContainerReads):
         fut: asyncio.Future[int] = self._loop.create_future()
         self._enqueue(Merge(t, s, offset, data, delta, fut=fut))
         return await fut
+
+    async def _applied_so_far(self, seg: SegmentMeta) -> None:
+        """Wait until everything queued so far is applied: a Duplicate carries no record and
+        is answered in queue order (StorageUnavailable if a batch before it fails)."""
+        fut: asyncio.Future[AppendResult] = self._loop.create_future()
+        self._ops.append(Duplicate(seg, fut))
+        self._kick()
+        await fut
 
     # ------------------------------------------------------------------ stats
 

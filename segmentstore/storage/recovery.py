@@ -113,6 +113,10 @@ def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: l
     for seg_id, ks in chunks.list_files().items():
         seg = by_id.get(seg_id)
         first, last = (0, -1) if seg is None else chunks.chunk_range(seg.start_offset, seg.length)
+        if seg is not None and seg.start_offset == seg.length and seg.length % cb:
+            # Truncated to its end mid-chunk: no byte left to read, but the next append
+            # extends the block holding the end, whose head it reads back and sums over.
+            first = last = seg.length // cb
         for k in ks:
             if k < first or k > last:
                 chunks.delete(seg_id, k, k)

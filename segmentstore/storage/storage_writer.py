@@ -20,6 +20,7 @@ from . import checkpoint as ckpt_mod
 from .chunks import ALIGN, ChunkId
 from .container_state import ContainerState, _set_result
 from .metadata import SegmentMeta
+from .operations import Delete, Merge
 
 log = logging.getLogger("segmentstore.storage")
 
@@ -132,6 +133,8 @@ class StorageWriter(ContainerState):
             seq = self._committed_seq
             log_index = self._log_index_at_commit
             log_bytes = self._log_bytes_at_commit
+            segs = [s for s in self._segments.values() if s.created and not s.deleted]
+            segs += self._renamed_away()
             snapshot = [
                 ckpt_mod.SegmentRecord(
                     s.id,
@@ -143,10 +146,8 @@ class StorageWriter(ContainerState):
                     s.last_modified_ms,
                     s.all_attrs(),
                 )
-                for s in self._segments.values()
-                if s.created and not s.deleted
+                for s in segs
             ]
-            segs = [s for s in self._segments.values() if s.created and not s.deleted]
             ckpt = ckpt_mod.Checkpoint(seq, self._next_segment_id, snapshot)
             if not await self._flush_locked():
                 return False
@@ -184,6 +185,19 @@ class StorageWriter(ContainerState):
                 removed,
             )
             return True
+
+    def _renamed_away(self) -> list[SegmentMeta]:
+        """Committed segments whose name a create took over while their delete (or the merge
+        that deletes them) is queued or on its way: no ``_segments`` entry holds them, yet
+        they are committed state, and back if that record fails."""
+        ops = self._ops if self._in_log is None else [*self._in_log[1], *self._ops]
+        found: dict[int, SegmentMeta] = {}
+        for op in ops:
+            if isinstance(op, Delete | Merge):
+                seg = op.source if isinstance(op, Merge) else op.seg
+                if seg.created and not seg.deleted and self._segments.get(seg.name) is not seg:
+                    found[seg.id] = seg
+        return list(found.values())
 
     def _write_checkpoint(self, dirty: set[ChunkId], ckpt: ckpt_mod.Checkpoint) -> None:
         self._chunks.sync(dirty)
