@@ -15,9 +15,8 @@ replaced has exactly the overlapping new segments as successors, each listing it
 overlapping predecessors, status values are Pravega's (official-client.md sections 12-13),
 and a refused request left no metadata and no segments behind.
 
-CI runs ``MODEL_EXAMPLES`` examples (30) of ``MODEL_STEPS`` steps (25); a long run sets
-``SEGMENTSTORE_MODEL_EXAMPLES`` (and optionally ``SEGMENTSTORE_MODEL_STEPS``):
-``SEGMENTSTORE_MODEL_EXAMPLES=2000 pytest tests/controller/test_metadata_model.py``.
+CI runs 30 examples of 25 steps; ``tests/model_runs.py`` says how the environment makes a
+long run: ``SEGMENTSTORE_MODEL_EXAMPLES=2000 pytest tests/controller/test_metadata_model.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -34,9 +32,10 @@ from typing import Any
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from model_runs import examples, model_settings  # tests/model_runs.py
 from segmentstore_client.controller_proto import controller_pb2 as pb
 
 from segmentstore.controller import streams as streams_module
@@ -50,10 +49,7 @@ from segmentstore.tables import TableStore
 
 from .conftest import stream_info
 
-MODEL_EXAMPLES = int(os.environ.get("SEGMENTSTORE_MODEL_EXAMPLES", "30"))
-MODEL_STEPS = int(os.environ.get("SEGMENTSTORE_MODEL_STEPS", "25"))
-# SEGMENTSTORE_MODEL_SHRINK=0: report a failure as found, without minutes of shrinking.
-SHRINK = os.environ.get("SEGMENTSTORE_MODEL_SHRINK", "1") != "0"
+MODEL_EXAMPLES = examples(30)  # CI; the environment makes long runs (tests/model_runs.py)
 
 SCOPES = ("s1", "s2", "s3")
 STREAMS = ("a", "b", "c")
@@ -765,13 +761,7 @@ def tile(ranges: list[tuple[float, float]]) -> None:
     assert abs(pos - 1.0) <= EPS, sorted(ranges)
 
 
-ControllerMachine.TestCase.settings = settings(
-    max_examples=MODEL_EXAMPLES,
-    stateful_step_count=MODEL_STEPS,
-    deadline=None,
-    phases=tuple(Phase) if SHRINK else (Phase.explicit, Phase.reuse, Phase.generate),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+ControllerMachine.TestCase.settings = model_settings(30, 25)
 
 
 @pytest.mark.timeout(max(120, MODEL_EXAMPLES * 6))

@@ -9,25 +9,23 @@ returned is the one a later conditional put needs, refusals are the protocol's r
 (TableKeyDoesNotExist, TableKeyBadVersion, TableSegmentNotEmpty, OperationUnsupported,
 NoSuchSegment, ErrorMessage code 0) and change nothing, and paging returns every key once.
 
-CI runs ``MODEL_EXAMPLES`` examples (60) of ``MODEL_STEPS`` steps (25); a long run sets the environment variable
-``SEGMENTSTORE_MODEL_EXAMPLES`` (e.g. 2000) and optionally ``SEGMENTSTORE_MODEL_STEPS``
-(default 25):
-``SEGMENTSTORE_MODEL_EXAMPLES=2000 pytest tests/tables/test_table_model.py``.
+CI runs 60 examples of 25 steps; ``tests/model_runs.py`` says how the environment makes a
+long run: ``SEGMENTSTORE_MODEL_EXAMPLES=2000 pytest tests/tables/test_table_model.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from model_runs import examples, model_settings  # tests/model_runs.py
 from segmentstore_client.protocol import (
     NO_VERSION,
     NOT_EXISTS,
@@ -70,10 +68,7 @@ from segmentstore.tables import TableStore
 
 from .conftest import table_config
 
-MODEL_EXAMPLES = int(os.environ.get("SEGMENTSTORE_MODEL_EXAMPLES", "60"))
-MODEL_STEPS = int(os.environ.get("SEGMENTSTORE_MODEL_STEPS", "25"))
-# SEGMENTSTORE_MODEL_SHRINK=0: report a failure as found, without minutes of shrinking.
-SHRINK = os.environ.get("SEGMENTSTORE_MODEL_SHRINK", "1") != "0"
+MODEL_EXAMPLES = examples(60)  # CI; the environment makes long runs (tests/model_runs.py)
 
 FIXED = "sc/_tables/fixed"  # keys of exactly 2 bytes
 TABLES = ("sc/_tables/a", "sc/_tables/b", FIXED)
@@ -467,13 +462,7 @@ class TableMachine(RuleBasedStateMachine):
             assert exists == (table in self.model), table
 
 
-TableMachine.TestCase.settings = settings(
-    max_examples=MODEL_EXAMPLES,
-    stateful_step_count=MODEL_STEPS,
-    deadline=None,
-    phases=tuple(Phase) if SHRINK else (Phase.explicit, Phase.reuse, Phase.generate),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+TableMachine.TestCase.settings = model_settings(60, 25)
 
 
 @pytest.mark.timeout(max(120, MODEL_EXAMPLES * 6))
