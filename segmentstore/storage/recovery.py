@@ -8,7 +8,9 @@
 #   outside [start offset, length) are deleted; the block checksums of each last chunk are
 #   cut back to the checkpointed length), because anything the storage writer wrote after
 #   the checkpoint is re-derived from the log; a segment whose chunk files are missing or
-#   short is marked damaged (its reads fail; the store starts);
+#   short is marked damaged (its reads fail; the store starts), except for the head of the
+#   block a segment truncated to its end extends next (bytes no read returns): written back
+#   as zeros if its file cannot give it;
 # * records after the checkpoint are replayed in sequence order through operations.py's
 #   rules; data goes straight back into chunk files (buffered, written in large pieces, not
 #   synced: the log stays until the next checkpoint syncs them), so recovery needs memory
@@ -30,6 +32,7 @@ from pathlib import Path
 from . import records as R
 from .api import EVENT_COUNT, FsyncMode, StoreCorrupted
 from .checkpoint import Checkpoint, load_newest
+from .chunk_sums import BLOCK, ChunkDamaged
 from .chunk_sums import cut as cut_sums
 from .chunks import ChunkId, ChunkStore
 from .crc import crc32c
@@ -105,10 +108,13 @@ def _pending_size(pending: dict[int, tuple[int, bytearray]]) -> int:
     return sum(len(data) for _, data in pending.values())
 
 
-def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: list[str]) -> None:
+def _clean_chunks(
+    chunks: ChunkStore, by_id: dict[int, SegmentMeta], dirty: set[ChunkId], problems: list[str]
+) -> None:
     """Make chunk files match the checkpoint: drop what it does not cover, cut the checksums
     of each segment's last chunk back to its length (bytes past it are vouched for no more);
-    mark segments whose files are missing or short."""
+    give back the head of the block a segment truncated to its end extends next; mark
+    segments whose files are missing or short."""
     cb = chunks.chunk_bytes
     for seg_id, ks in chunks.list_files().items():
         seg = by_id.get(seg_id)
@@ -125,12 +131,42 @@ def _clean_chunks(chunks: ChunkStore, by_id: dict[int, SegmentMeta], problems: l
                 if path.exists():
                     cut_sums(path, cb, seg.length - k * cb)
     for seg in by_id.values():
+        if seg.start_offset == seg.length:
+            _restore_end_head(chunks, seg, dirty, problems)
         found = chunks.verify(seg.id, seg.start_offset, seg.length, read=False)
         if found:
             seg.damaged = "; ".join(what for _, what in found)
             msg = f"segment {seg.name!r}: {seg.damaged}; its reads will fail"
             problems.append(msg)
             log.error("recovery: %s", msg)
+
+
+def _restore_end_head(
+    chunks: ChunkStore, seg: SegmentMeta, dirty: set[ChunkId], problems: list[str]
+) -> None:
+    """A segment truncated to its whole length mid-block: its next append extends the block
+    holding that length, reading back (direct I/O) or summing over the block's head. Those
+    bytes are below the start offset, so no read returns them; if the chunk file cannot give
+    them (a recovery before 9d812b8 dropped it, or it is short or fails its checksum),
+    write them back as zeros, with their checksum, rather than fail that append's flush."""
+    cb = chunks.chunk_bytes
+    k = seg.length // cb
+    in_file = seg.length - k * cb
+    head_at = k * cb + in_file - in_file % BLOCK
+    if head_at == seg.length:
+        return  # the next append starts a block of its own
+    try:
+        chunks.read(seg.id, head_at, seg.length)
+        return
+    except ChunkDamaged as exc:
+        why = str(exc)
+    dirty |= chunks.write(seg.id, head_at, [bytes(seg.length - head_at)])
+    msg = (
+        f"segment {seg.name!r}: truncated to its end at {seg.length}, but {why}: bytes "
+        f"[{head_at}, {seg.length}) (below its start, never read) written back as zeros"
+    )
+    problems.append(msg)
+    log.warning("recovery: %s", msg)
 
 
 def _load_checkpoint(
@@ -202,7 +238,7 @@ def recover(
     rec = Recovered({}, ckpt_seq, ckpt_seq + 1, next_segment_id, 0, -1)
     rec.checkpoint_lengths = {seg_id: seg.length for seg_id, seg in by_id.items()}
     if not dry_run:
-        _clean_chunks(chunks, by_id, rec.problems)
+        _clean_chunks(chunks, by_id, rec.dirty_chunks, rec.problems)
     buf = _ChunkBuffer(chunks, rec.dirty_chunks, dry_run)
     buf.damaged = {seg.id for seg in by_id.values() if seg.damaged is not None}
 

@@ -204,3 +204,64 @@ async def test_a_segment_truncated_to_its_end_keeps_the_chunk_its_next_append_ne
         info = s.info("s")
         assert (info.start_offset, info.length) == (9458, 9458 + 4095)
         assert bytes((await s.read("s", 9458, 1 << 20)).data) == b"y" * 4095
+
+
+async def test_an_append_after_a_truncate_to_the_end_in_a_5000_byte_chunk(tmp_path: Path) -> None:
+    """The long run's "chunk file ...2.00000000 holds 5008 bytes, needs 5016", replayed: chunk
+    files of 5000 bytes (not a block multiple, so buffered I/O whatever direct_io says), a
+    segment of 301 bytes truncated to 301, a reopen, then 4096 bytes appended (close in
+    flight). Recovery used to drop chunk 0 (no readable byte left); the buffered write at 301
+    then found no head to check and summed its 4096 bytes as block 0, one entry where two
+    were due; the checkpoint vouched for 4397 bytes and the next start marked the segment
+    damaged. Not a race: the failing run had loaded the code from before the fix (9d812b8,
+    which this also guards); the same steps fail every time without it."""
+    cfg = small_config(
+        tmp_path / "data",
+        fsync="never",
+        chunk_file_bytes=5000,
+        direct_io=True,
+        read_cache_bytes=4096,
+    )
+    data = bytes(range(256)) * 18
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("s")
+        await s.append("s", data[:301])
+        await s.truncate("s", 147)
+        await s.truncate("s", 301)
+    async with await SegmentStore.open(cfg) as s:
+        pending = s.append("s", data[301:4397])
+        await asyncio.sleep(0)
+        await s.close()
+        assert (await pending).new_length == 4397
+    async with await SegmentStore.open(cfg) as s:
+        info = s.info("s")
+        assert (info.start_offset, info.length) == (301, 4397)
+        assert bytes((await s.read("s", 301, 1 << 20)).data) == data[301:4397]
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_a_segment_truncated_to_its_end_whose_end_chunk_is_gone_takes_appends(
+    tmp_path: Path, direct: bool
+) -> None:
+    """A store whose recovery ran before 9d812b8 dropped the chunk file holding the end of a
+    segment truncated to its whole length mid-block. The next append extends that block:
+    with direct I/O its flush failed ("lacks segment bytes"; checkpoints skipped, close()
+    raised, and the next start, replaying that append, refused to start), with buffered
+    I/O it summed the block from the wrong place (the segment damaged at the next start).
+    The head of that block is all below the start offset, bytes no read can return:
+    recovery now writes it back as zeros, with its checksum, and the segment goes on."""
+    cfg = small_config(tmp_path / "data", direct_io=direct)
+    async with await SegmentStore.open(cfg) as s:
+        await s.create_segment("s")
+        await s.append("s", b"x" * 9458)
+        await s.truncate("s", 9458)
+    gone = list(cfg.data_dir.rglob("0000000000000001.*"))
+    assert gone
+    for path in gone:
+        path.unlink()
+    async with await SegmentStore.open(cfg) as s:
+        await s.append("s", b"y" * 4095)
+    async with await SegmentStore.open(cfg) as s:
+        info = s.info("s")
+        assert (info.start_offset, info.length) == (9458, 9458 + 4095)
+        assert bytes((await s.read("s", 9458, 1 << 20)).data) == b"y" * 4095
