@@ -30,9 +30,10 @@ direct I/O on or off.
 
 CI runs 30 examples of up to 30 steps (10-20 s). A long run:
 ``SEGMENTSTORE_MODEL_EXAMPLES=2000 .venv/bin/pytest tests/storage/test_store_model.py``
-(``SEGMENTSTORE_MODEL_STEPS`` sets the steps per example; the pytest timeout grows with
-the examples; ``SEGMENTSTORE_MODEL_TRACE=1 ... -s`` prints each example's steps and does not
-shrink, for a race that fails now and then and so cannot be replayed).
+(``tests/model_runs.py``: ``SEGMENTSTORE_MODEL_STEPS`` sets the steps per example,
+``SEGMENTSTORE_MODEL_TRACE=1 ... -s`` prints each example's steps and does not shrink, for a
+race that fails now and then and so cannot be replayed; the pytest timeout grows with the
+examples).
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -59,6 +59,7 @@ from hypothesis.stateful import (
     invariant,
     rule,
 )
+from model_runs import examples, model_settings  # tests/model_runs.py
 
 from segmentstore.storage import (
     ATTRIBUTE_SEGMENT_TYPE,
@@ -86,8 +87,7 @@ from segmentstore.storage.store import container_of
 
 from .conftest import small_config
 
-EXAMPLES = int(os.environ.get("SEGMENTSTORE_MODEL_EXAMPLES", "30"))
-STEPS = int(os.environ.get("SEGMENTSTORE_MODEL_STEPS", "30"))
+EXAMPLES = examples(30)  # CI; the environment makes long runs (tests/model_runs.py)
 
 NULL = NULL_ATTRIBUTE_VALUE
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
@@ -1069,20 +1069,6 @@ def _copy_like_a_crash(src: Path, dst: Path) -> None:
         dirs.sort()
 
 
-# A race fails now and then, so hypothesis cannot replay it to shrink it (it reports a Flaky
-# error without the steps). SEGMENTSTORE_MODEL_TRACE=1 prints every example's steps as it
-# runs and does not shrink: the last steps printed are the failing example's.
-TRACE = (
-    {"phases": [Phase.generate], "database": None, "verbosity": Verbosity.debug}
-    if os.environ.get("SEGMENTSTORE_MODEL_TRACE") == "1"
-    else {}
-)
-StoreMachine.TestCase.settings = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=STEPS,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    **TRACE,
-)
+StoreMachine.TestCase.settings = model_settings(30, 30)  # tests/model_runs.py
 TestStoreModel = StoreMachine.TestCase
 TestStoreModel.pytestmark = [pytest.mark.timeout(max(300, 3 * EXAMPLES))]  # type: ignore[attr-defined]
