@@ -186,7 +186,18 @@ def load_config(
                 table = tomllib.load(f)
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"cannot read config file {path}: {e}") from e
-        table = table.get("segmentstore", table)
+        if "segmentstore" in table:
+            outer, table = table, table["segmentstore"]
+            if not isinstance(table, dict):
+                raise ConfigError(f"{path}: 'segmentstore' must be a table ([segmentstore])")
+            # Other tools' keys may share the file; a setting of ours outside the table
+            # would be silently ignored, so it is refused.
+            stray = sorted(k for k in outer if k.replace("-", "_") in fields)
+            if stray:
+                raise ConfigError(
+                    f"{path}: {stray[0]!r} is outside the [segmentstore] table, which holds "
+                    "this server's settings; move it into the table"
+                )
         for key, raw in table.items():
             name = key.replace("-", "_")
             if name not in fields:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from segmentstore.config import ServerConfig
+from segmentstore.config import ServerConfig, load_config
 from segmentstore.server import launcher
 
 from .wire import WireClient
@@ -116,6 +116,14 @@ def run_serve(
         (["--log-file-mb", "0"], {}, None, "log file size must be 1 to 4096 MiB, not 0"),
         ([], {"SEGMENTSTORE_LOG_FILE_MB": "5000"}, None, "log file size must be 1 to 4096"),
         (["--advertised-port", "70000"], {}, None, "advertised port 70000 out of range"),
+        # A setting outside the [segmentstore] table would be ignored: refused instead.
+        (
+            [],
+            {},
+            'fsync = "never"\n[segmentstore]\nport = 0\n',
+            "'fsync' is outside the [segmentstore] table",
+        ),
+        ([], {}, "segmentstore = 1\n", "'segmentstore' must be a table"),
     ],
 )
 def test_bad_settings_exit_2_with_a_clear_message(
@@ -173,6 +181,13 @@ def test_direct_io_rejects_other_values(tmp_path: Path) -> None:
     proc = run_serve(tmp_path, [], {"SEGMENTSTORE_DIRECT_IO": "maybe"})
     assert proc.returncode == 2
     assert "direct_io must be on or off" in proc.stderr
+
+
+def test_other_tools_keys_beside_the_segmentstore_table_are_left_alone(tmp_path: Path) -> None:
+    """A file shared with other tools: their keys and tables stay theirs; ours are read."""
+    toml = 'title = "shared"\n[other_tool]\nfsync = 1\n[segmentstore]\nfsync = "never"\n'
+    cfg = load_config(toml_path=write_toml(tmp_path / "shared.toml", toml), environ={})
+    assert cfg.fsync == "never"
 
 
 @pytest.mark.parametrize(("args", "env"), [(["--log-file-mb", "2"], {}), ([], {})])
