@@ -306,7 +306,9 @@ def test_serve_on_ipv6_with_its_controller(tmp_path: Path) -> None:
     with socket.socket(socket.AF_INET6) as probe:
         try:
             probe.bind(("::1", 0))
-        except OSError:
+        except OSError:  # CI's machine has it: there the test must not go quiet
+            if os.environ.get("CI") == "true":
+                pytest.fail("no IPv6 loopback on this machine, under CI=true")
             pytest.skip("no IPv6 loopback on this machine")
     base = {k: v for k, v in os.environ.items() if not k.startswith("SEGMENTSTORE_")}
     args = ["--host", "::1", "--http-host", "::1", "--port", "0", "--http-port", "0"]
