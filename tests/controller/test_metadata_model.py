@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import copy
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ import grpc
 import pytest
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from model_runs import examples, model_settings  # tests/model_runs.py
+from hypothesis.stateful import initialize, invariant, rule
+from model_runs import OnDiskMachine, examples, model_settings  # tests/model_runs.py
 from segmentstore_client.controller_proto import controller_pb2 as pb
 
 from segmentstore.controller import streams as streams_module
@@ -126,15 +125,9 @@ class TxnModel:
     written: int = 0
 
 
-class ControllerMachine(RuleBasedStateMachine):
+class ControllerMachine(OnDiskMachine):
     def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="ctl-model-"))
-        self.data = self.dir / "data"
-        self.copies = 0
-        self.store: SegmentStore | None = None
-        self.tables: TableStore | None = None
+        super().__init__("ctl-model-")
         self.service: Service | None = None
         self.scopes: set[str] = set()
         self.streams: dict[tuple[str, str], StreamModel] = {}
@@ -146,9 +139,6 @@ class ControllerMachine(RuleBasedStateMachine):
         self.run(self.open(self.data))
 
     # ------------------------------------------------------------------ plumbing
-
-    def run(self, coro: Any) -> Any:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
 
     async def open(self, data: Path) -> None:
         self.data = data
@@ -165,21 +155,9 @@ class ControllerMachine(RuleBasedStateMachine):
         self.store, self.tables = store, tables
         self.service = Service(streams, txns, ("127.0.0.1", 1), ("127.0.0.1", 2))
 
-    async def close(self) -> None:
-        if self.tables is not None:
-            await self.tables.close()
-            self.tables = None
-        if self.store is not None:
-            await self.store.close()
-            self.store = None
-
     def teardown(self) -> None:
         streams_module.LIST_PAGE = self.saved_page
-        try:
-            self.run(self.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+        super().teardown()
 
     def append(self, name: str, data: bytes) -> None:
         async def go() -> None:

@@ -15,17 +15,14 @@ long run: ``SEGMENTSTORE_MODEL_EXAMPLES=2000 pytest tests/tables/test_table_mode
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from model_runs import examples, model_settings  # tests/model_runs.py
+from hypothesis.stateful import initialize, invariant, rule
+from model_runs import OnDiskMachine, examples, model_settings  # tests/model_runs.py
 from segmentstore_client.protocol import (
     NO_VERSION,
     NOT_EXISTS,
@@ -88,15 +85,9 @@ TABLE = st.one_of(st.just(TABLES[0]), st.sampled_from(TABLES))
 Model = dict[str, dict[bytes, tuple[bytes, int]]]  # table -> key -> (value, version)
 
 
-class TableMachine(RuleBasedStateMachine):
+class TableMachine(OnDiskMachine):
     def __init__(self) -> None:
-        super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="table-model-"))
-        self.data = self.dir / "data"
-        self.copies = 0
-        self.store: SegmentStore | None = None
-        self.tables: TableStore | None = None
+        super().__init__("table-model-")
         self.ctx: ServerContext | None = None
         self.model: Model = {}
         self.rid = 0
@@ -104,29 +95,11 @@ class TableMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ plumbing
 
-    def run(self, coro: Any) -> Any:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 30))
-
     async def open(self, data: Path) -> None:
         self.data = data
         self.store = await SegmentStore.open(table_config(data, fsync="never", direct_io=False))
         self.tables = await TableStore.open(self.store)
         self.ctx = ServerContext(self.store, self.tables, Metrics())
-
-    async def close(self) -> None:
-        if self.tables is not None:
-            await self.tables.close()
-            self.tables = None
-        if self.store is not None:
-            await self.store.close()
-            self.store = None
-
-    def teardown(self) -> None:
-        try:
-            self.run(self.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     def call(self, cmd: Command) -> Reply:
         """Serve ``cmd`` as a connection does: its handler, else the storage error mapping."""
